@@ -1,0 +1,1 @@
+"""Per-framework glue (PyTorch autograd and hooks, TensorFlow ops and Keras). Filled by the framework issues."""

@@ -1,0 +1,131 @@
+"""Process-wide state: init, shutdown, topology, timeline."""
+import atexit
+import threading
+
+from . import config
+from ._loader import engine_module
+from .errors import NotInitializedError, raise_for_status
+
+_lock = threading.Lock()
+_engine = None  # the running collectives._engine.Engine
+_atexit_registered = False
+
+
+def init(comm=None):
+    """Start the engine on a duplicate of ``comm`` (an mpi4py communicator; COMM_WORLD if None).
+
+    Calling it again while initialized does nothing, as in Horovod.
+    """
+    global _engine, _atexit_registered
+    with _lock:
+        if _engine is not None and _engine.running:
+            return
+        values = config.load()
+        mod = engine_module()
+        mod.set_log_level(config.LOG_LEVELS.index(values["log_level"]))
+        address = 0
+        if comm is not None:
+            from mpi4py import MPI
+
+            if not isinstance(comm, MPI.Comm):
+                raise TypeError(f"init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
+            address = MPI._addressof(comm)
+        engine = mod.Engine()
+        code, message = engine.start(address, config.engine_config(values))
+        raise_for_status(code, message)
+        _engine = engine
+        if not _atexit_registered:
+            # Registered after mpi4py's import, so it runs before MPI is finalized.
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def shutdown():
+    """Stop the engine on every rank. Pending operations fail with ShutdownError."""
+    global _engine
+    with _lock:
+        engine, _engine = _engine, None
+    if engine is not None:
+        engine.shutdown()
+
+
+def is_initialized():
+    return _engine is not None and _engine.running
+
+
+def engine():
+    """The running engine, or NotInitializedError."""
+    e = _engine
+    if e is None:
+        raise NotInitializedError("collectives has not been initialized; use collectives.init().")
+    return e
+
+
+def rank():
+    return engine().rank
+
+
+def size():
+    return engine().size
+
+
+def local_rank():
+    return engine().local_rank
+
+
+def local_size():
+    return engine().local_size
+
+
+def cross_rank():
+    return engine().cross_rank
+
+
+def cross_size():
+    return engine().cross_size
+
+
+def mpi_threads_supported():
+    """True when MPI runs with MPI_THREAD_MULTIPLE."""
+    from mpi4py import MPI
+
+    return engine().mpi_thread_level >= MPI.THREAD_MULTIPLE
+
+
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    """Version code of the NCCL in use, 0 when none (GPU support is a later issue)."""
+    return 0
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Start writing a Chrome-trace timeline (rank 0 writes; other ranks ignore the call)."""
+    code, message = engine().start_timeline(str(file_path), bool(mark_cycles))
+    raise_for_status(code, message)
+
+
+def stop_timeline():
+    engine().stop_timeline()

@@ -1,0 +1,95 @@
+"""The one registry of process-wide knobs, read from the environment at ``init()``.
+
+Each knob is ``COLLECTIVES_<NAME>``; when unset, the matching ``HOROVOD_<NAME>`` is honoured so
+existing job scripts keep working. The README's configuration table is this list.
+"""
+import os
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError
+
+
+def _parse_bool(text):
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(text)
+
+
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+
+def _parse_log_level(text):
+    value = text.strip().lower()
+    if value not in LOG_LEVELS:
+        raise ValueError(text)
+    return value
+
+
+@dataclass(frozen=True)
+class Knob:
+    suffix: str  # COLLECTIVES_<suffix>, HOROVOD_<suffix>
+    parse: object
+    default: object
+    doc: str
+
+    @property
+    def env(self):
+        return "COLLECTIVES_" + self.suffix
+
+    @property
+    def horovod_env(self):
+        return "HOROVOD_" + self.suffix
+
+
+KNOBS = {
+    "fusion_threshold": Knob("FUSION_THRESHOLD", int, 128 * 1024 * 1024,
+                             "Bytes of small allreduces packed into one fusion buffer (0 disables fusion)."),
+    "cycle_time_ms": Knob("CYCLE_TIME", float, 1.0,
+                          "Milliseconds between negotiation cycles while tensors are pending; "
+                          "new work starts a cycle at once."),
+    "cache_capacity": Knob("CACHE_CAPACITY", int, 1024,
+                           "Entries of the response cache (0 disables it: every request is negotiated)."),
+    "timeline_path": Knob("TIMELINE", str, "", "Write a Chrome-trace timeline to this path (rank 0)."),
+    "timeline_mark_cycles": Knob("TIMELINE_MARK_CYCLES", _parse_bool, False,
+                                 "Mark each negotiation cycle (CYCLE_START) in the timeline."),
+    "stall_check_s": Knob("STALL_CHECK_TIME_SECONDS", float, 60.0,
+                          "Warn when a tensor was submitted by some ranks but not all for this long."),
+    "stall_check_disable": Knob("STALL_CHECK_DISABLE", _parse_bool, False, "Turn the stall warning off."),
+    "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", float, 0.0,
+                             "Shut the engine down (pending operations fail) after a stall this long; 0: never."),
+    "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
+}
+
+
+def read(key, environ=None):
+    """The value of one knob: ours, else Horovod's, else the default."""
+    environ = os.environ if environ is None else environ
+    knob = KNOBS[key]
+    for var in (knob.env, knob.horovod_env):
+        text = environ.get(var)
+        if text is not None and text != "":
+            try:
+                return knob.parse(text)
+            except ValueError:
+                raise InvalidArgumentError(f"{var}={text!r} is not a valid value: {knob.doc}") from None
+    return knob.default
+
+
+def load(environ=None):
+    """All knobs as a dict, validated."""
+    values = {key: read(key, environ) for key in KNOBS}
+    if values["fusion_threshold"] < 0 or values["cache_capacity"] < 0 or values["cycle_time_ms"] < 0:
+        raise InvalidArgumentError("fusion threshold, cache capacity and cycle time must not be negative")
+    if values["stall_check_disable"]:
+        values["stall_check_s"] = 0.0
+    return values
+
+
+def engine_config(values):
+    """The subset the C++ engine takes."""
+    keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
+            "stall_check_s", "stall_shutdown_s")
+    return {k: values[k] for k in keys}

@@ -1,0 +1,42 @@
+"""Reduction operations and the engine's enumerations (numbering as in csrc/types.h)."""
+import enum
+
+
+class ReduceOp(enum.IntEnum):
+    # Horovod's values, so code comparing hvd.Average == 0 still works.
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+
+Average = ReduceOp.AVERAGE
+Sum = ReduceOp.SUM
+Adasum = ReduceOp.ADASUM
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
+
+
+class OpType(enum.IntEnum):
+    ALLREDUCE = 0
+    BROADCAST = 1
+    ALLGATHER = 2
+    ALLTOALL = 3
+    REDUCESCATTER = 4
+    BARRIER = 5
+
+
+class DataType(enum.IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    INT16 = 2
+    INT32 = 3
+    INT64 = 4
+    FLOAT16 = 5
+    BFLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BOOL = 9

@@ -1,0 +1,60 @@
+"""The exception hierarchy: what the engine's status codes become at the Python boundary."""
+
+
+class CollectivesError(RuntimeError):
+    """Base class of every error raised by collectives."""
+
+
+class NotInitializedError(CollectivesError, ValueError):
+    """An operation was called before ``init()`` (a ValueError, as in Horovod)."""
+
+
+class InvalidArgumentError(CollectivesError, ValueError):
+    """Bad arguments detected on this rank (shape, splits, root rank, ...)."""
+
+
+class DuplicateNameError(InvalidArgumentError):
+    """A collective with the same name is still in flight."""
+
+
+class UnsupportedTypeError(CollectivesError, TypeError):
+    """The data type cannot be used for this operation."""
+
+
+class TensorMismatchError(CollectivesError):
+    """Ranks submitted the same name with different shapes, dtypes, ops, reduce ops or roots.
+
+    Raised on every rank, naming the tensor and the ranks that disagree.
+    """
+
+
+class ShutdownError(CollectivesError):
+    """The engine stopped (``shutdown()`` here or on another rank) while the operation was pending."""
+
+
+class StallTimeoutError(CollectivesError, TimeoutError):
+    """The engine shut down because a tensor stalled past COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS."""
+
+
+class InternalError(CollectivesError):
+    """A failure inside the engine or the MPI library."""
+
+
+# Status codes of csrc/status.h, in order.
+_BY_CODE = {
+    1: InvalidArgumentError,
+    2: UnsupportedTypeError,
+    3: DuplicateNameError,
+    4: NotInitializedError,
+    5: TensorMismatchError,
+    6: ShutdownError,
+    7: StallTimeoutError,
+    8: InternalError,
+}
+
+
+def raise_for_status(code, message):
+    """Raise the exception for an engine status; return for OK (code 0)."""
+    if code == 0:
+        return
+    raise _BY_CODE.get(code, InternalError)(message)

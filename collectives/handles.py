@@ -1,0 +1,66 @@
+"""Handles of asynchronous operations: ``poll`` and ``synchronize``."""
+from . import basics
+from .errors import InvalidArgumentError, raise_for_status
+
+
+class Handle:
+    """One asynchronous operation (one or several engine requests, for grouped ops).
+
+    Holds the Python objects whose memory the engine reads or writes until the operation is
+    synchronized, so they cannot be freed under it.
+    """
+
+    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_done")
+
+    def __init__(self, engine, ids, finish, keep_alive):
+        self._engine = engine
+        self._ids = list(ids)
+        self._finish = finish          # callable(list of outcomes) -> user result
+        self._keep_alive = keep_alive
+        self._result = None
+        self._done = False
+
+    def poll(self):
+        return self._done or all(self._engine.poll(i) for i in self._ids)
+
+    def wait(self):
+        if self._done:
+            return self._result
+        outcomes = []
+        for i in self._ids:
+            self._engine.wait(i)  # releases the GIL while blocked
+        for i in self._ids:
+            outcomes.append(self._engine.collect(i))
+        self._done = True
+        self._keep_alive = None
+        for code, message, *_ in outcomes:
+            raise_for_status(code, message)
+        self._result = self._finish(outcomes)
+        return self._result
+
+    def __repr__(self):
+        return f"<collectives.Handle ids={self._ids} done={self._done}>"
+
+
+def _check(handle):
+    if not isinstance(handle, Handle):
+        raise InvalidArgumentError(f"expected a handle returned by an *_async call, got {type(handle).__name__}")
+    return handle
+
+
+def poll(handle):
+    """True when the asynchronous operation has finished (``synchronize`` will not block)."""
+    return _check(handle).poll()
+
+
+def synchronize(handle):
+    """Wait for an asynchronous operation and return its result (raises its error)."""
+    return _check(handle).wait()
+
+
+def submit(specs, finish, keep_alive):
+    """Enqueue engine submissions atomically; returns a Handle."""
+    engine = basics.engine()
+    code, message, ids = engine.enqueue(specs)
+    raise_for_status(code, message)
+    return Handle(engine, ids, finish, keep_alive)

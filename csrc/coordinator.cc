@@ -1,0 +1,216 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace collectives {
+namespace {
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
+
+std::vector<int64_t> Tail(const std::vector<int64_t>& s) {
+  return s.empty() ? s : std::vector<int64_t>(s.begin() + 1, s.end());
+}
+
+// Finds the first rank whose value differs from rank 0's and describes the mismatch.
+template <typename F, typename Fmt>
+bool FindMismatch(const std::vector<Request>& reqs, F key, Fmt fmt, const std::string& what,
+                  const std::string& name, std::string* error) {
+  for (size_t r = 1; r < reqs.size(); ++r) {
+    if (!(key(reqs[r]) == key(reqs[0]))) {
+      std::ostringstream os;
+      os << "Mismatched " << OpTypeName(reqs[0].op) << " " << what << " for tensor '" << name
+         << "': rank 0 has " << fmt(reqs[0]) << ", rank " << r << " has " << fmt(reqs[r]) << ".";
+      *error = os.str();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(int size, double stall_check_s, double stall_shutdown_s)
+    : size_(size), stall_check_(Seconds(stall_check_s)), stall_shutdown_(Seconds(stall_shutdown_s)) {}
+
+void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
+  for (Request& q : reqs) {
+    auto it = table_.find(q.name);
+    if (it == table_.end()) {
+      Entry e;
+      e.by_rank.resize(static_cast<size_t>(size_));
+      e.have.assign(static_cast<size_t>(size_), false);
+      e.first_seen = now;
+      it = table_.emplace(q.name, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    const auto submitted = now - std::chrono::milliseconds(q.age_ms);
+    if (submitted < e.first_seen) e.first_seen = submitted;
+    const size_t r = static_cast<size_t>(q.rank);
+    if (r >= e.have.size() || e.have[r]) continue;  // cannot happen: names are unique in flight
+    e.have[r] = true;
+    e.by_rank[r] = std::move(q);
+    if (++e.count == size_) {
+      Response resp = Validate(it->first, e);
+      table_.erase(it);
+      Emit(std::move(resp));
+    }
+  }
+}
+
+void Coordinator::Emit(Response&& r) {
+  if (r.group.empty()) {
+    ready_.push_back(std::move(r));
+    return;
+  }
+  GroupState& g = groups_[r.group];
+  if (!r.error.empty() && g.first_error.empty()) g.first_error = r.error;
+  const int group_size = r.group_size;
+  const std::string group = r.group;
+  g.ready.push_back(std::move(r));
+  if (static_cast<int>(g.ready.size()) < group_size) return;
+  // A group is executed together or failed together.
+  for (Response& m : g.ready) {
+    if (!g.first_error.empty() && m.error.empty())
+      m.error = "Grouped operation '" + group + "' failed: " + g.first_error;
+    ready_.push_back(std::move(m));
+  }
+  groups_.erase(group);
+}
+
+std::vector<Response> Coordinator::TakeReady() {
+  std::vector<Response> out;
+  out.swap(ready_);
+  return out;
+}
+
+Response Coordinator::Validate(const std::string& name, const Entry& e) const {
+  const std::vector<Request>& q = e.by_rank;
+  const Request& first = q[0];
+  Response resp;
+  resp.name = name;
+  resp.op = first.op;
+  resp.dtype = first.dtype;
+  resp.reduce_op = first.reduce_op;
+  resp.root = first.root;
+  resp.prescale = first.prescale;
+  resp.postscale = first.postscale;
+  resp.device = first.device;
+  resp.group = first.group;
+  resp.group_size = first.group_size;
+
+  std::string err;
+  auto op_name = [](const Request& r) { return std::string(OpTypeName(r.op)); };
+  auto dtype_name = [](const Request& r) { return std::string(DataTypeName(r.dtype)); };
+  auto shape = [](const Request& r) { return ShapeString(r.shape); };
+  auto device = [](const Request& r) { return r.device < 0 ? std::string("cpu") : "device " + std::to_string(r.device); };
+  auto group = [](const Request& r) { return "'" + r.group + "' of size " + std::to_string(r.group_size); };
+
+  if (FindMismatch(q, [](const Request& r) { return r.op; }, op_name, "operations", name, &err) ||
+      FindMismatch(q, [](const Request& r) { return r.dtype; }, dtype_name, "data types", name, &err) ||
+      FindMismatch(q, [](const Request& r) { return r.device; }, device, "devices", name, &err) ||
+      FindMismatch(q, [](const Request& r) { return std::make_pair(r.group, r.group_size); }, group, "groups", name, &err)) {
+    resp.error = err;
+    return resp;
+  }
+  switch (first.op) {
+    case OpType::ALLREDUCE:
+    case OpType::REDUCESCATTER:
+      if (FindMismatch(q, [](const Request& r) { return r.shape; }, shape, "tensor shapes", name, &err) ||
+          FindMismatch(q, [](const Request& r) { return r.reduce_op; },
+                       [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); }, "reduce ops", name, &err) ||
+          FindMismatch(q, [](const Request& r) { return std::make_pair(r.prescale, r.postscale); },
+                       [](const Request& r) { return "prescale " + std::to_string(r.prescale) + " / postscale " + std::to_string(r.postscale); },
+                       "scale factors", name, &err))
+        resp.error = err;
+      break;
+    case OpType::BROADCAST:
+      if (FindMismatch(q, [](const Request& r) { return r.shape; }, shape, "tensor shapes", name, &err) ||
+          FindMismatch(q, [](const Request& r) { return r.root; },
+                       [](const Request& r) { return "root " + std::to_string(r.root); }, "root ranks", name, &err))
+        resp.error = err;
+      break;
+    case OpType::ALLGATHER:
+    case OpType::ALLTOALL:
+      if (FindMismatch(q, [](const Request& r) { return r.shape.size(); },
+                       [](const Request& r) { return std::to_string(r.shape.size()) + " dimensions"; }, "tensor ranks", name, &err) ||
+          FindMismatch(q, [](const Request& r) { return Tail(r.shape); },
+                       [](const Request& r) { return "trailing shape " + ShapeString(Tail(r.shape)); }, "tensor shapes", name, &err)) {
+        resp.error = err;
+        break;
+      }
+      if (first.op == OpType::ALLGATHER) {
+        for (const Request& r : q) resp.rank_dim0.push_back(r.shape.empty() ? 1 : r.shape[0]);
+      } else {
+        for (const Request& r : q) {
+          if (static_cast<int>(r.splits.size()) != size_) {
+            resp.error = "ALLTOALL tensor '" + name + "': rank " + std::to_string(r.rank) + " gave " +
+                         std::to_string(r.splits.size()) + " splits for " + std::to_string(size_) + " ranks.";
+            break;
+          }
+          resp.split_matrix.insert(resp.split_matrix.end(), r.splits.begin(), r.splits.end());
+        }
+      }
+      break;
+    case OpType::BARRIER:
+      break;
+  }
+  return resp;
+}
+
+bool Coordinator::StallCheckDue(Clock::time_point now) const {
+  if (stall_check_ <= Clock::duration::zero()) return false;
+  for (const auto& kv : table_) {
+    const Entry& e = kv.second;
+    if (now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) return true;
+    if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) return true;
+  }
+  return false;
+}
+
+void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* warnings, bool* shutdown,
+                              std::string* reason) {
+  if (stall_check_ <= Clock::duration::zero()) return;
+  std::vector<std::string> names;
+  for (const auto& kv : table_) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    Entry& e = table_[name];
+    const double waited = std::chrono::duration<double>(now - e.first_seen).count();
+    std::vector<int> have, missing;
+    OpType op = OpType::ALLREDUCE;
+    for (int r = 0; r < size_; ++r) {
+      if (e.have[static_cast<size_t>(r)]) {
+        have.push_back(r);
+        op = e.by_rank[static_cast<size_t>(r)].op;
+      } else {
+        missing.push_back(r);
+      }
+    }
+    std::ostringstream os;
+    os << "Stalled " << OpTypeName(op) << " of tensor '" << name << "': submitted by ranks "
+       << RankList(have) << " but not by ranks " << RankList(missing) << " for " << static_cast<int64_t>(waited)
+       << " s. One or more ranks may be blocked, or the ranks submitted different tensors.";
+    if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) {
+      *shutdown = true;
+      if (reason->empty()) *reason = os.str();
+    }
+    if (now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) {
+      e.warned = true;
+      e.last_warned = now;
+      warnings->push_back(os.str());
+    }
+  }
+}
+
+}  // namespace collectives

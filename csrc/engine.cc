@@ -1,0 +1,372 @@
+// Engine lifecycle, the submission queue, handles, and waking peers.
+#include "engine.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "log.h"
+
+namespace collectives {
+namespace {
+
+constexpr int kWakeTag = 7477;
+
+// How often a waiting engine thread checks for a peer's wake message. Active: some rank
+// has work in flight, so answer quickly. Idle: nothing anywhere; a peer's wake matters only
+// when that peer is ahead of us, and our own submissions wake us at once.
+constexpr auto kActivePoll = std::chrono::microseconds(100);
+constexpr auto kIdlePoll = std::chrono::milliseconds(2);
+
+std::string JoinNames(const std::vector<Submission>& subs) {
+  std::ostringstream os;
+  for (size_t i = 0; i < subs.size() && i < 3; ++i) os << (i ? ", " : "") << "'" << subs[i].request.name << "'";
+  if (subs.size() > 3) os << ", ...";
+  return os.str();
+}
+
+// Local checks, made at enqueue time on the caller's thread.
+Status ValidateSubmission(Submission& s, int size) {
+  Request& q = s.request;
+  const std::string where = " (tensor '" + q.name + "')";
+  if (q.name.empty()) return Status::Error(StatusCode::INVALID_ARGUMENT, "a request needs a non-empty name");
+  if (!IsValidOpType(static_cast<int32_t>(q.op)))
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown operation" + where);
+  if (!IsValidDataType(static_cast<int32_t>(q.dtype)))
+    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "unsupported data type" + where);
+  for (int64_t d : q.shape)
+    if (d < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "negative dimension in shape " + ShapeString(q.shape) + where);
+  if (q.op == OpType::ALLREDUCE || q.op == OpType::REDUCESCATTER) {
+    if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op)))
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown reduce op" + where);
+    if (q.reduce_op == ReduceOp::ADASUM)
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "the Adasum reduction is not supported" + where);
+    if (q.dtype == DataType::BOOL && q.reduce_op != ReduceOp::MIN && q.reduce_op != ReduceOp::MAX)
+      return Status::Error(StatusCode::UNSUPPORTED_TYPE,
+                           std::string("bool tensors support only Min and Max reductions, not ") +
+                               ReduceOpName(q.reduce_op) + where);
+    if (q.dtype == DataType::BOOL && (q.prescale != 1.0 || q.postscale != 1.0))
+      return Status::Error(StatusCode::UNSUPPORTED_TYPE, "bool tensors cannot be scaled" + where);
+  }
+  if (q.op == OpType::BROADCAST && (q.root < 0 || q.root >= size))
+    return Status::Error(StatusCode::INVALID_ARGUMENT,
+                         "root rank " + std::to_string(q.root) + " is out of range for " + std::to_string(size) +
+                             " ranks" + where);
+  if ((q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::REDUCESCATTER) && q.shape.empty())
+    return Status::Error(StatusCode::INVALID_ARGUMENT,
+                         std::string(OpTypeName(q.op)) + " needs a tensor with at least one dimension" + where);
+  if (q.op == OpType::ALLTOALL) {
+    const int64_t dim0 = q.shape[0];
+    if (q.splits.empty()) {
+      if (dim0 % size != 0)
+        return Status::Error(StatusCode::INVALID_ARGUMENT,
+                             "alltoall without splits needs a first dimension divisible by the number of ranks (" +
+                                 std::to_string(dim0) + " rows, " + std::to_string(size) + " ranks)" + where);
+      q.splits.assign(static_cast<size_t>(size), dim0 / size);
+    }
+    if (static_cast<int>(q.splits.size()) != size)
+      return Status::Error(StatusCode::INVALID_ARGUMENT,
+                           "alltoall needs one split per rank: got " + std::to_string(q.splits.size()) + " for " +
+                               std::to_string(size) + " ranks" + where);
+    int64_t total = 0;
+    for (int64_t x : q.splits) {
+      if (x < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "alltoall splits must not be negative" + where);
+      total += x;
+    }
+    if (total != dim0)
+      return Status::Error(StatusCode::INVALID_ARGUMENT,
+                           "alltoall splits sum to " + std::to_string(total) + " but the first dimension is " +
+                               std::to_string(dim0) + where);
+  }
+  const bool engine_allocates = q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::BARRIER;
+  if (!engine_allocates && NumElements(q.shape) > 0 && (s.input == nullptr || s.output == nullptr))
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "missing input or output buffer" + where);
+  return Status::Ok();
+}
+
+}  // namespace
+
+HostBuffer::HostBuffer(int64_t bytes) : size_(bytes) {
+  const size_t n = static_cast<size_t>(bytes < 64 ? 64 : ((bytes + 63) / 64) * 64);
+  if (posix_memalign(&data_, 64, n) != 0) data_ = nullptr;
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+Engine::~Engine() { Shutdown(); }
+
+Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
+  if (thread_.joinable()) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
+  config_ = config;
+  std::promise<Status> started;
+  std::future<Status> ready = started.get_future();
+  thread_ = std::thread(&Engine::ThreadMain, this, comm, std::move(started));
+  Status st = ready.get();
+  if (!st.ok()) {
+    thread_.join();
+  }
+  return st;
+}
+
+void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
+  Status st = Setup(comm);
+  if (!st.ok()) {
+    started.set_value(st);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+  }
+  running_ = true;
+  started.set_value(Status::Ok());
+
+  bool active = false;
+  Status stop_reason;
+  while (true) {
+    WaitForCycle(active);
+    if (!RunCycle(&active)) break;
+  }
+  Teardown();
+}
+
+Status Engine::Setup(MPI_Comm comm) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      return Status::Error(StatusCode::INTERNAL, "MPI_Init_thread failed");
+    owns_mpi_ = true;
+  }
+  MPI_Query_thread(&thread_level_);
+  if (thread_level_ < MPI_THREAD_SERIALIZED)
+    return Status::Error(StatusCode::INTERNAL,
+                         "MPI was initialized without thread support (need MPI_THREAD_SERIALIZED or better; "
+                         "initialize it with MPI_THREAD_MULTIPLE, the mpi4py default)");
+  if (MPI_Comm_dup(comm, &comm_) != MPI_SUCCESS) return Status::Error(StatusCode::INTERNAL, "MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  SetLogRank(rank_);
+  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_);
+  MPI_Comm_rank(local_comm_, &local_rank_);
+  MPI_Comm_size(local_comm_, &local_size_);
+  MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_);
+  MPI_Comm_rank(cross_comm_, &cross_rank_);
+  MPI_Comm_size(cross_comm_, &cross_size_);
+  Status st = backend_.Init(comm_);
+  if (!st.ok()) return st;
+  cache_.reset(new ResponseCache(config_.cache_capacity));
+  if (rank_ == 0) coordinator_.reset(new Coordinator(size_, config_.stall_check_s, config_.stall_shutdown_s));
+  if (rank_ == 0 && !config_.timeline_path.empty()) {
+    st = timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles);
+    if (!st.ok()) Log(LogLevel::WARNING, st.message);
+  }
+  MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
+  last_cycle_start_ = Clock::now();
+  return Status::Ok();
+}
+
+void Engine::Teardown() {
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  FailAll(stopped_status_);
+  timeline_.Stop();
+  // Every rank leaves the loop in the same cycle. After the barrier no wake message is in
+  // flight any more: receive what arrived, then release the communicators.
+  MPI_Barrier(comm_);
+  if (wake_recv_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&wake_recv_);
+    MPI_Wait(&wake_recv_, MPI_STATUS_IGNORE);
+  }
+  int flag = 1;
+  while (flag) {
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kWakeTag, comm_, &flag, &status);
+    if (flag) {
+      int64_t sink;
+      MPI_Recv(&sink, 1, MPI_INT64_T, status.MPI_SOURCE, kWakeTag, comm_, MPI_STATUS_IGNORE);
+    }
+  }
+  for (auto& s : wake_sends_) MPI_Wait(&s.second, MPI_STATUS_IGNORE);
+  wake_sends_.clear();
+  backend_.Finalize();
+  MPI_Comm_free(&cross_comm_);
+  MPI_Comm_free(&local_comm_);
+  MPI_Comm_free(&comm_);
+  fusion_.reset();
+  pending_.clear();
+  if (owns_mpi_) MPI_Finalize();
+}
+
+void Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  work_cv_.notify_all();
+  // Only one caller joins; the others find the thread gone.
+  static std::mutex join_mu;
+  std::lock_guard<std::mutex> lock(join_mu);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::WaitForCycle(bool active) {
+  const auto deadline =
+      active ? last_cycle_start_ + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double, std::milli>(config_.cycle_time_ms))
+             : Clock::time_point::max();
+  const auto poll = active ? Clock::duration(kActivePoll) : Clock::duration(kIdlePoll);
+  bool local = false;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!incoming_.empty() || shutdown_requested_) {
+        local = true;
+        break;
+      }
+    }
+    if (PollWake()) break;
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto until = (deadline - now < poll) ? deadline : now + poll;
+    work_cv_.wait_until(lock, until, [this] { return !incoming_.empty() || shutdown_requested_; });
+  }
+  // Our own work starts the cycle: tell the others, who may be idle, to join it now.
+  if (local) SendWake();
+}
+
+bool Engine::PollWake() {
+  bool woke = false;
+  while (wake_recv_ != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Test(&wake_recv_, &flag, MPI_STATUS_IGNORE);
+    if (!flag) break;
+    // A wake names the cycle its sender is entering; an older one is stale.
+    if (wake_buf_ >= static_cast<int64_t>(cycle_)) woke = true;
+    MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
+  }
+  while (!wake_sends_.empty()) {
+    int flag = 0;
+    MPI_Test(&wake_sends_.front().second, &flag, MPI_STATUS_IGNORE);
+    if (!flag) break;
+    wake_sends_.pop_front();
+  }
+  return woke;
+}
+
+void Engine::SendWake() {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    std::unique_ptr<int64_t> value(new int64_t(static_cast<int64_t>(cycle_)));
+    MPI_Request req;
+    MPI_Isend(value.get(), 1, MPI_INT64_T, peer, kWakeTag, comm_, &req);
+    wake_sends_.emplace_back(std::move(value), req);
+  }
+}
+
+Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles) {
+  for (Submission& s : subs) {
+    Status st = ValidateSubmission(s, size_);
+    if (!st.ok()) return st;
+  }
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_ || shutdown_requested_) return stopped_status_;
+  std::unordered_set<std::string> batch;
+  for (const Submission& s : subs) {
+    const std::string& name = s.request.name;
+    if (in_flight_.count(name) || !batch.insert(name).second)
+      return Status::Error(StatusCode::DUPLICATE_NAME,
+                           "a collective named '" + name + "' is already in flight; names must be unique until the "
+                           "operation completes (submitted: " + JoinNames(subs) + ")");
+  }
+  std::lock_guard<std::mutex> hlock(handles_mu_);
+  for (Submission& s : subs) {
+    Pending p;
+    p.request = std::move(s.request);
+    p.input = s.input;
+    p.output = s.output;
+    p.handle = next_handle_++;
+    p.enqueued = now;
+    in_flight_.insert(p.request.name);
+    handles_[p.handle];
+    handles->push_back(p.handle);
+    incoming_.push_back(std::move(p));
+  }
+  work_cv_.notify_one();
+  return Status::Ok();
+}
+
+bool Engine::Poll(int64_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  auto it = handles_.find(handle);
+  return it == handles_.end() || it->second.done;
+}
+
+Status Engine::Wait(int64_t handle) {
+  std::unique_lock<std::mutex> lock(handles_mu_);
+  if (!handles_.count(handle))
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown or already synchronized handle " + std::to_string(handle));
+  done_cv_.wait(lock, [&] {
+    auto it = handles_.find(handle);
+    return it == handles_.end() || it->second.done;
+  });
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? Status::Error(StatusCode::INVALID_ARGUMENT, "handle was collected by another thread")
+                              : it->second.result.status;
+}
+
+Result Engine::Collect(int64_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  auto it = handles_.find(handle);
+  Result r;
+  if (it == handles_.end() || !it->second.done) {
+    r.status = Status::Error(StatusCode::INVALID_ARGUMENT, "handle " + std::to_string(handle) + " is not complete");
+    return r;
+  }
+  r = std::move(it->second.result);
+  handles_.erase(it);
+  return r;
+}
+
+void Engine::CompleteHandle(int64_t handle, Result&& result) {
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    auto it = handles_.find(handle);
+    if (it != handles_.end()) {
+      it->second.done = true;
+      it->second.result = std::move(result);
+    }
+  }
+  done_cv_.notify_all();
+}
+
+void Engine::FailAll(const Status& status) {
+  std::vector<Pending> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting.swap(incoming_);
+    for (auto& kv : pending_) waiting.push_back(std::move(kv.second));
+    pending_.clear();
+    in_flight_.clear();
+  }
+  for (Pending& p : waiting) {
+    Result r;
+    r.status = Status::Error(status.code, status.message + " (tensor '" + p.request.name + "' was pending)");
+    CompleteHandle(p.handle, std::move(r));
+  }
+}
+
+Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (rank_ != 0) return Status::Ok();  // rank 0 writes the timeline for everyone
+  return timeline_.Start(path, mark_cycles);
+}
+
+void Engine::StopTimeline() { timeline_.Stop(); }
+
+}  // namespace collectives

@@ -1,0 +1,187 @@
+// The engine: one background thread that owns all communication. Framework threads
+// enqueue requests and get handles at once; the engine thread negotiates with the other
+// ranks which names are ready everywhere, executes them in the same order on every rank
+// (fusing small allreduces), and completes the handles.
+//
+// Files: engine.cc (lifecycle, queue, handles, waking), negotiation.cc (one cycle of the
+// protocol), execution.cc (running responses on the backend).
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "coordinator.h"
+#include "message.h"
+#include "mpi_backend.h"
+#include "response_cache.h"
+#include "status.h"
+#include "timeline.h"
+
+namespace collectives {
+
+struct EngineConfig {
+  int64_t fusion_threshold = 128LL * 1024 * 1024;
+  double cycle_time_ms = 1.0;
+  int cache_capacity = 1024;
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
+  double stall_check_s = 60.0;
+  double stall_shutdown_s = 0.0;
+};
+
+// 64-byte aligned host memory owned by the engine (outputs whose size is known only after
+// negotiation, and the fusion buffer). 64 bytes: what TensorFlow requires of borrowed memory.
+class HostBuffer {
+ public:
+  explicit HostBuffer(int64_t bytes);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// What a caller asks for: the request plus its buffers (output may be null when the engine
+// allocates it: allgather, alltoall).
+struct Submission {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+};
+
+// A finished operation as seen from Python.
+struct Result {
+  Status status;
+  std::shared_ptr<HostBuffer> output;  // engine-allocated output, if any
+  std::vector<int64_t> output_shape;
+  std::vector<int64_t> received_splits;  // alltoall
+};
+
+class Engine {
+ public:
+  Engine() = default;
+  ~Engine();
+
+  // Starts the engine thread on a duplicate of `comm` and waits until it is ready.
+  Status Start(MPI_Comm comm, const EngineConfig& config);
+  // Asks every rank to stop, waits for this engine thread to exit. Idempotent.
+  void Shutdown();
+  bool running() const { return running_; }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  int mpi_thread_level() const { return thread_level_; }
+
+  // Enqueues all submissions atomically (a group is negotiated together) or none.
+  Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles);
+  bool Poll(int64_t handle);
+  // Blocks until the handle completes (the caller releases the GIL). Unknown handle: error.
+  Status Wait(int64_t handle);
+  // Removes a completed handle and returns its outcome.
+  Result Collect(int64_t handle);
+
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
+
+ private:
+  struct Pending {
+    Request request;
+    const void* input = nullptr;
+    void* output = nullptr;
+    int64_t handle = 0;
+    Clock::time_point enqueued;
+    int cache_bit = -1;       // >= 0 while waiting on the cached path
+    bool reported = false;    // sent to the coordinator
+    bool stall_flagged = false;
+  };
+
+  // engine.cc
+  void ThreadMain(MPI_Comm comm, std::promise<Status> started);
+  Status Setup(MPI_Comm comm);
+  void Teardown();
+  void WaitForCycle(bool active);
+  bool PollWake();
+  void SendWake();
+  void CompleteHandle(int64_t handle, Result&& result);
+  void FailAll(const Status& status);
+
+  // negotiation.cc: one cycle; returns false when the engine must stop.
+  bool RunCycle(bool* active);
+  void AdmitLocal(Pending&& p, std::vector<int>* invalid_bits);
+  void EvictBits(const std::vector<int>& bits);
+  Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
+
+  // execution.cc
+  void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
+  Status ExecuteFused(const std::vector<const Response*>& group, const std::vector<Pending*>& members);
+  Status ExecuteOne(const Response& resp, Pending& p, Result* result);
+  Status Allreduce(const Response& resp, const void* input, void* output, int64_t count);
+  void PostReduce(const Response& resp, void* buf, int64_t count);
+  std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses,
+                                              const std::vector<Pending*>& entries) const;
+  void* FusionBuffer(int64_t bytes);
+  void Finish(Pending& p, Result&& result);
+
+  EngineConfig config_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  int thread_level_ = 0;
+  bool owns_mpi_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_comm_ = MPI_COMM_NULL;
+  MPI_Comm cross_comm_ = MPI_COMM_NULL;
+  MpiBackend backend_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+
+  // Shared with submitting threads, under mu_.
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::vector<Pending> incoming_;
+  std::unordered_set<std::string> in_flight_;
+  bool shutdown_requested_ = false;
+  Status stopped_status_;  // why the engine stopped, for requests made afterwards
+  int64_t next_handle_ = 1;
+
+  // Handles, under handles_mu_.
+  std::mutex handles_mu_;
+  std::condition_variable done_cv_;
+  struct HandleState {
+    bool done = false;
+    Result result;
+  };
+  std::unordered_map<int64_t, HandleState> handles_;
+
+  // Engine-thread state.
+  std::unordered_map<std::string, Pending> pending_;
+  std::vector<std::string> to_report_;
+  std::unique_ptr<ResponseCache> cache_;
+  std::unique_ptr<Coordinator> coordinator_;
+  uint64_t cycle_ = 0;  // cycles completed; identical on every rank
+  Clock::time_point last_cycle_start_;
+  int64_t wake_buf_ = 0;
+  MPI_Request wake_recv_ = MPI_REQUEST_NULL;
+  std::deque<std::pair<std::unique_ptr<int64_t>, MPI_Request>> wake_sends_;
+  std::unique_ptr<HostBuffer> fusion_;
+  Timeline timeline_;
+};
+
+}  // namespace collectives

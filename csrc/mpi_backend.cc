@@ -1,0 +1,211 @@
+#include "mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "half.h"
+
+#if MPI_VERSION >= 4
+#define COLLECTIVES_LARGE_COUNT 1
+using MpiCount = MPI_Count;
+#else
+#define COLLECTIVES_LARGE_COUNT 0
+using MpiCount = int64_t;
+#endif
+
+namespace collectives {
+namespace {
+
+// User-defined reductions for 16-bit floats: widen to float, combine, round back.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void Reduce16(void* in, void* inout, MpiCount n) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (MpiCount i = 0; i < n; ++i) {
+    const float x = ToF(a[i]);
+    const float y = ToF(b[i]);
+    float r;
+    switch (Kind) {
+      case 0: r = x + y; break;
+      case 1: r = std::min(x, y); break;
+      case 2: r = std::max(x, y); break;
+      default: r = x * y; break;
+    }
+    b[i] = FromF(r);
+  }
+}
+
+#if COLLECTIVES_LARGE_COUNT
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void UserOp(void* in, void* inout, MPI_Count* len, MPI_Datatype*) {
+  Reduce16<ToF, FromF, Kind>(in, inout, *len);
+}
+#define COLLECTIVES_OP_CREATE MPI_Op_create_c
+#else
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  Reduce16<ToF, FromF, Kind>(in, inout, *len);
+}
+#define COLLECTIVES_OP_CREATE MPI_Op_create
+#endif
+
+}  // namespace
+
+Status MpiBackend::Check(int rc, const char* what) const {
+  if (rc == MPI_SUCCESS) return Status::Ok();
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return Status::Error(StatusCode::INTERNAL, std::string(what) + " failed: " + std::string(msg, static_cast<size_t>(len)));
+}
+
+Status MpiBackend::Init(MPI_Comm comm) {
+  comm_ = comm;
+  int rc = MPI_SUCCESS;
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 0>, 1, &half_ops_[0]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 1>, 1, &half_ops_[1]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 2>, 1, &half_ops_[2]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 3>, 1, &half_ops_[3]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 0>, 1, &bf16_ops_[0]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 1>, 1, &bf16_ops_[1]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 2>, 1, &bf16_ops_[2]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 3>, 1, &bf16_ops_[3]);
+  return Check(rc, "MPI_Op_create");
+}
+
+void MpiBackend::Finalize() {
+  for (MPI_Op* op : {&half_ops_[0], &half_ops_[1], &half_ops_[2], &half_ops_[3], &bf16_ops_[0], &bf16_ops_[1],
+                     &bf16_ops_[2], &bf16_ops_[3]}) {
+    if (*op != MPI_OP_NULL) MPI_Op_free(op);
+  }
+  comm_ = MPI_COMM_NULL;
+}
+
+MPI_Datatype MpiBackend::MpiType(DataType t) const {
+  switch (t) {
+    case DataType::UINT8: return MPI_UINT8_T;
+    case DataType::INT8: return MPI_INT8_T;
+    case DataType::INT16: return MPI_INT16_T;
+    case DataType::INT32: return MPI_INT32_T;
+    case DataType::INT64: return MPI_INT64_T;
+    case DataType::FLOAT16: return MPI_UINT16_T;
+    case DataType::BFLOAT16: return MPI_UINT16_T;
+    case DataType::FLOAT32: return MPI_FLOAT;
+    case DataType::FLOAT64: return MPI_DOUBLE;
+    case DataType::BOOL: return MPI_UINT8_T;  // 0/1 bytes: Min is logical and, Max logical or
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op MpiBackend::MpiOp(DataType t, ReduceOp op) const {
+  int kind = 0;
+  switch (op) {
+    case ReduceOp::MIN: kind = 1; break;
+    case ReduceOp::MAX: kind = 2; break;
+    case ReduceOp::PRODUCT: kind = 3; break;
+    default: kind = 0; break;  // SUM, and AVERAGE (scaled afterwards)
+  }
+  if (t == DataType::FLOAT16) return half_ops_[kind];
+  if (t == DataType::BFLOAT16) return bf16_ops_[kind];
+  static const MPI_Op builtin[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return builtin[kind];
+}
+
+Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
+  if (count == 0) return Status::Ok();
+  const void* sbuf = (send == recv) ? MPI_IN_PLACE : send;
+#if COLLECTIVES_LARGE_COUNT
+  return Check(MPI_Allreduce_c(sbuf, recv, count, MpiType(dtype), MpiOp(dtype, op), comm_), "MPI_Allreduce");
+#else
+  // Without MPI-4 large counts, reduce in chunks of at most INT_MAX elements.
+  const int64_t esize = DataTypeSize(dtype);
+  for (int64_t off = 0; off < count; off += INT_MAX) {
+    const int n = static_cast<int>(std::min<int64_t>(INT_MAX, count - off));
+    const void* s = sbuf == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(send) + off * esize;
+    Status st = Check(MPI_Allreduce(s, static_cast<char*>(recv) + off * esize, n, MpiType(dtype), MpiOp(dtype, op), comm_),
+                      "MPI_Allreduce");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+#endif
+}
+
+Status MpiBackend::Broadcast(void* buf, int64_t bytes, int root) {
+  if (bytes == 0) return Status::Ok();
+#if COLLECTIVES_LARGE_COUNT
+  return Check(MPI_Bcast_c(buf, bytes, MPI_BYTE, root, comm_), "MPI_Bcast");
+#else
+  for (int64_t off = 0; off < bytes; off += INT_MAX) {
+    const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
+    Status st = Check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+#endif
+}
+
+#if COLLECTIVES_LARGE_COUNT
+Status MpiBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
+                              const std::vector<int64_t>& displs) {
+  std::vector<MPI_Count> c(counts.begin(), counts.end());
+  std::vector<MPI_Aint> d(displs.begin(), displs.end());
+  return Check(MPI_Allgatherv_c(send, send_bytes, MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+               "MPI_Allgatherv");
+}
+
+Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
+                             void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
+  std::vector<MPI_Count> sc2(sc.begin(), sc.end()), rc2(rc.begin(), rc.end());
+  std::vector<MPI_Aint> sd2(sd.begin(), sd.end()), rd2(rd.begin(), rd.end());
+  return Check(MPI_Alltoallv_c(send, sc2.data(), sd2.data(), MPI_BYTE, recv, rc2.data(), rd2.data(), MPI_BYTE, comm_),
+               "MPI_Alltoallv");
+}
+
+Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
+                                 ReduceOp op) {
+  std::vector<MPI_Count> c(counts.begin(), counts.end());
+  return Check(MPI_Reduce_scatter_c(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm_),
+               "MPI_Reduce_scatter");
+}
+#else
+namespace {
+bool ToInts(const std::vector<int64_t>& v, std::vector<int>* out) {
+  for (int64_t x : v) {
+    if (x > INT_MAX) return false;
+    out->push_back(static_cast<int>(x));
+  }
+  return true;
+}
+Status TooLarge(const char* what) {
+  return Status::Error(StatusCode::INVALID_ARGUMENT,
+                       std::string(what) + ": counts over 2^31-1 need an MPI-4 library (large-count calls)");
+}
+}  // namespace
+
+Status MpiBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
+                              const std::vector<int64_t>& displs) {
+  std::vector<int> c, d;
+  if (send_bytes > INT_MAX || !ToInts(counts, &c) || !ToInts(displs, &d)) return TooLarge("allgather");
+  return Check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+               "MPI_Allgatherv");
+}
+
+Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
+                             void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
+  std::vector<int> a, b, c, d;
+  if (!ToInts(sc, &a) || !ToInts(sd, &b) || !ToInts(rc, &c) || !ToInts(rd, &d)) return TooLarge("alltoall");
+  return Check(MPI_Alltoallv(send, a.data(), b.data(), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+               "MPI_Alltoallv");
+}
+
+Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
+                                 ReduceOp op) {
+  std::vector<int> c;
+  if (!ToInts(counts, &c)) return TooLarge("reducescatter");
+  return Check(MPI_Reduce_scatter(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm_),
+               "MPI_Reduce_scatter");
+}
+#endif
+
+}  // namespace collectives

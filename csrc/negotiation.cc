@@ -1,0 +1,226 @@
+// One negotiation cycle. Every rank runs the same cycles in the same order:
+//  1. an allreduce(BAND) of a small bit vector: engine-wide flags (inverted, so AND acts
+//     as OR), one bit per response-cache entry this rank is ready to run, and inverted
+//     "invalidate" bits for cache entries whose signature changed or that stalled;
+//  2. only when some rank has requests the cache does not know: a gather of those requests
+//     to rank 0, which validates and orders them, and a broadcast of its responses;
+//  3. execution of cached-ready responses (bit order) then rank 0's responses.
+#include <algorithm>
+#include <unordered_set>
+
+#include "engine.h"
+#include "log.h"
+
+namespace collectives {
+namespace {
+
+constexpr uint64_t kFlagShutdown = 1;  // some rank asked to shut down
+constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs phase 2
+constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
+
+bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
+
+}  // namespace
+
+void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
+  int stale = -1;
+  const int bit = cache_->Lookup(p.request, &stale);
+  if (bit >= 0) {
+    p.cache_bit = bit;
+  } else {
+    if (stale >= 0) invalid_bits->push_back(stale);
+    to_report_.push_back(p.request.name);
+  }
+  if (timeline_.active())
+    timeline_.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
+  std::string name = p.request.name;
+  pending_.emplace(std::move(name), std::move(p));
+}
+
+void Engine::EvictBits(const std::vector<int>& bits) {
+  if (bits.empty()) return;
+  std::unordered_set<int> set(bits.begin(), bits.end());
+  for (auto& kv : pending_) {
+    if (kv.second.cache_bit >= 0 && set.count(kv.second.cache_bit)) {
+      kv.second.cache_bit = -1;
+      to_report_.push_back(kv.first);
+    }
+  }
+}
+
+Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list) {
+  const auto now = Clock::now();
+  std::vector<Request> reqs;
+  for (const std::string& name : to_report_) {
+    auto it = pending_.find(name);
+    if (it == pending_.end() || it->second.reported || it->second.cache_bit >= 0) continue;
+    Request q = it->second.request;
+    q.rank = rank_;
+    q.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.enqueued).count();
+    reqs.push_back(std::move(q));
+    it->second.reported = true;
+  }
+  to_report_.clear();
+  const std::string mine = EncodeRequests(reqs);
+
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+  if (MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation gather failed");
+  std::vector<int> counts, displs;
+  std::string all;
+  if (rank_ == 0) {
+    int64_t total = 0;
+    for (int64_t l : lens) {
+      counts.push_back(static_cast<int>(l));
+      displs.push_back(static_cast<int>(total));
+      total += l;
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  if (MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(), MPI_BYTE, 0,
+                  comm_) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation gatherv failed");
+
+  std::string encoded;
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) {
+      std::vector<Request> from_rank;
+      if (!DecodeRequests(all.data() + displs[static_cast<size_t>(r)], static_cast<size_t>(counts[static_cast<size_t>(r)]),
+                          &from_rank))
+        return Status::Error(StatusCode::INTERNAL, "corrupt negotiation message from rank " + std::to_string(r));
+      coordinator_->Add(std::move(from_rank), now);
+    }
+    if (coordinator_due || coordinator_->StallCheckDue(now)) {
+      std::vector<std::string> warnings;
+      coordinator_->CheckStalls(now, &warnings, &list->shutdown, &list->shutdown_reason);
+      for (const std::string& w : warnings) Log(LogLevel::WARNING, w);
+    }
+    list->responses = coordinator_->TakeReady();
+    encoded = EncodeResponseList(*list);
+  }
+  int64_t out_len = static_cast<int64_t>(encoded.size());
+  if (MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
+  encoded.resize(static_cast<size_t>(out_len));
+  if (out_len > 0 && MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
+  if (rank_ != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
+    return Status::Error(StatusCode::INTERNAL, "corrupt negotiation response from rank 0");
+  return Status::Ok();
+}
+
+bool Engine::RunCycle(bool* active) {
+  const auto now = Clock::now();
+  last_cycle_start_ = now;
+  timeline_.MarkCycle();
+
+  std::vector<Pending> fresh;
+  bool shutdown_local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh.swap(incoming_);
+    shutdown_local = shutdown_requested_;
+  }
+  std::vector<int> invalid;
+  for (Pending& p : fresh) AdmitLocal(std::move(p), &invalid);
+  // A cached request waiting past the stall-check time is sent to the coordinator, which
+  // knows every rank's submissions and can name the missing ranks.
+  if (config_.stall_check_s > 0) {
+    const auto stall = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stall_check_s));
+    for (auto& kv : pending_) {
+      Pending& p = kv.second;
+      if (p.cache_bit >= 0 && !p.stall_flagged && now - p.enqueued > stall) {
+        p.stall_flagged = true;
+        invalid.push_back(p.cache_bit);
+      }
+    }
+  }
+
+  // Phase 1: flags, ready bits and invalidations in one allreduce.
+  const int words = (cache_->capacity() + 63) / 64;
+  std::vector<uint64_t> v(static_cast<size_t>(1 + 2 * words), 0);
+  const bool coordinator_due = rank_ == 0 && coordinator_->StallCheckDue(now);
+  uint64_t flags = 0;
+  if (shutdown_local) flags |= kFlagShutdown;
+  if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
+  if (!pending_.empty()) flags |= kFlagPending;
+  v[0] = ~flags;
+  uint64_t* ready = v.data() + 1;
+  uint64_t* valid = v.data() + 1 + words;
+  for (const auto& kv : pending_) {
+    const int b = kv.second.cache_bit;
+    if (b >= 0) ready[b / 64] |= 1ull << (b % 64);
+  }
+  for (int w = 0; w < words; ++w) valid[w] = ~0ull;
+  for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
+  if (MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_BAND, comm_) != MPI_SUCCESS) {
+    Log(LogLevel::ERROR, "negotiation allreduce failed; stopping the engine");
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure during negotiation");
+    return false;
+  }
+  const uint64_t global_flags = ~v[0];
+
+  // Invalidated entries (and their groups) leave the cache on every rank; requests waiting
+  // on them go to the coordinator instead.
+  std::vector<int> evicted;
+  for (int b = 0; b < cache_->capacity(); ++b)
+    if (!TestBit(valid, b)) cache_->Erase(b, &evicted);
+  const std::unordered_set<int> evicted_set(evicted.begin(), evicted.end());
+  EvictBits(evicted);
+
+  std::vector<Response> responses;
+  std::vector<int> cache_bits;  // bit for cached responses, -1 for the coordinator's
+  for (int b = 0; b < cache_->capacity(); ++b) {
+    if (!TestBit(ready, b) || evicted_set.count(b) || !cache_->Contains(b)) continue;
+    const Response& r = cache_->Get(b);
+    if (!r.group.empty()) {
+      // A group runs only when every member is ready everywhere.
+      const std::set<int>* members = cache_->GroupBits(r.group);
+      if (!members || static_cast<int>(members->size()) != r.group_size) continue;
+      bool all = true;
+      for (int m : *members) all = all && TestBit(ready, m);
+      if (!all) continue;
+    }
+    responses.push_back(r);
+    cache_bits.push_back(b);
+  }
+
+  // Phase 2: the coordinator, only when someone has something the cache does not cover.
+  ResponseList list;
+  if (global_flags & kFlagUncached) {
+    Status st = ExchangeWithCoordinator(coordinator_due, &list);
+    if (!st.ok()) {
+      Log(LogLevel::ERROR, st.message + "; stopping the engine");
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_status_ = st;
+      return false;
+    }
+  }
+  for (Response& r : list.responses) {
+    responses.push_back(std::move(r));
+    cache_bits.push_back(-1);
+  }
+
+  ExecuteAll(responses, cache_bits);
+  ++cycle_;
+  *active = (global_flags & kFlagPending) != 0;
+
+  if (list.shutdown) {
+    Log(LogLevel::ERROR, "shutting down after a stall: " + list.shutdown_reason);
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = Status::Error(StatusCode::TIMEOUT, "collectives shut down after a stall: " + list.shutdown_reason);
+    return false;
+  }
+  if (global_flags & kFlagShutdown) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shutdown_local)
+      stopped_status_ = Status::Error(StatusCode::SHUT_DOWN,
+                                      "collectives was shut down: another rank called shutdown() or exited");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace collectives

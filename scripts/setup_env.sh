@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates ./.venv with everything collectives needs and builds the engine into it (editable).
+#   scripts/setup_env.sh        runtime only (numpy, mpi4py, the MPICH wheel)
+#   scripts/setup_env.sh test   plus the test tools
+# On a fresh Debian/Ubuntu machine it installs the compiler, Python headers and venv module
+# with apt-get when run as root (otherwise it says which packages are missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+missing=()
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
+"$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || missing+=(python3-dev)
+"$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${missing[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: please install: ${missing[*]} (e.g. sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+"${PIP[@]}" setuptools wheel "pybind11>=2.12" mpich "mpi4py>=4.0" "numpy>=1.23"
+if [ "${1:-}" = test ]; then
+  "${PIP[@]}" "pytest>=7" "hypothesis>=6" "ml_dtypes>=0.3" "psutil>=5"
+fi
+# --no-build-isolation: build against the MPICH in .venv, the one the engine runs with.
+"${PIP[@]}" --no-build-isolation -e .

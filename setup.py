@@ -1,0 +1,104 @@
+"""Builds collectives._engine: C++17, linked against the MPI whose mpicc is found.
+
+Which MPI: $COLLECTIVES_MPICC (path to an mpicc) if set, else the mpicc next to the running
+Python (the pip `mpich` package in a virtual environment), else `mpicc` on PATH. No PyTorch
+or TensorFlow headers are involved, and no CUDA toolkit is needed.
+"""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def find_mpicc():
+    explicit = os.environ.get("COLLECTIVES_MPICC")
+    if explicit:
+        return explicit
+    beside_python = os.path.join(os.path.dirname(sys.executable), "mpicc")
+    if os.path.exists(beside_python):
+        return beside_python
+    found = shutil.which("mpicc")
+    if found:
+        return found
+    sys.exit(
+        "collectives: no mpicc found. Install the MPICH wheel (`pip install mpich`) into this "
+        "environment, or set COLLECTIVES_MPICC to the mpicc of your MPI."
+    )
+
+
+def mpi_flags(mpicc):
+    """Compile and link flags of an MPI compiler wrapper (MPICH: -show, Open MPI: --showme)."""
+    for flag in ("-show", "--showme"):
+        try:
+            out = subprocess.run([mpicc, flag], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        words = shlex.split(out)[1:]  # drop the underlying compiler
+        flags = {"include_dirs": [], "library_dirs": [], "libraries": [], "extra_link_args": []}
+        for w in words:
+            if w.startswith("-I"):
+                flags["include_dirs"].append(w[2:])
+            elif w.startswith("-L"):
+                flags["library_dirs"].append(w[2:])
+                flags["extra_link_args"].append("-Wl,-rpath," + w[2:])
+            elif w.startswith("-l"):
+                flags["libraries"].append(w[2:])
+            elif w.startswith("-Wl,") or w == "-pthread":
+                flags["extra_link_args"].append(w)
+        return flags
+    sys.exit(f"collectives: `{mpicc} -show` / `--showme` did not work; is {mpicc} an MPI compiler wrapper?")
+
+
+class BuildEngine(build_ext):
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1  # compile the engine's files concurrently
+
+    def build_extensions(self):
+        import pybind11
+
+        mpicc = find_mpicc()
+        flags = mpi_flags(mpicc)
+        print(f"collectives: building against the MPI of {mpicc}")
+        for ext in self.extensions:
+            ext.include_dirs += [pybind11.get_include()] + flags["include_dirs"]
+            ext.library_dirs += flags["library_dirs"]
+            ext.libraries += flags["libraries"]
+            ext.extra_link_args += flags["extra_link_args"]
+        super().build_extensions()
+
+
+SOURCES = [
+    "bindings.cc",
+    "buffer_math.cc",
+    "coordinator.cc",
+    "engine.cc",
+    "execution.cc",
+    "log.cc",
+    "message.cc",
+    "mpi_backend.cc",
+    "negotiation.cc",
+    "response_cache.cc",
+    "timeline.cc",
+    "types.cc",
+]
+
+engine = Extension(
+    "collectives._engine",
+    sources=[os.path.join("csrc", s) for s in SOURCES],
+    depends=[os.path.join("csrc", h) for h in os.listdir("csrc") if h.endswith(".h")],
+    language="c++",
+    extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
+)
+
+setup(
+    ext_modules=[engine],
+    cmdclass={"build_ext": BuildEngine},
+    packages=["collectives", "collectives.adapters"],
+    package_dir={"collectives": "collectives", "collectives.adapters": "adapters"},
+)

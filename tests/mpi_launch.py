@@ -1,0 +1,57 @@
+"""Runs a worker script under the real mpirun with a hard timeout.
+
+Every multi-process test goes through ``run_workers``: the ranks are real processes started
+by the MPICH launcher installed beside this Python, and a run that exceeds its timeout is
+killed as a whole process group and reported as a failure with whatever it printed.
+"""
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKERS = os.path.join(HERE, "workers")
+
+
+def mpirun_path():
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return beside if os.path.exists(beside) else "mpirun"
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self):
+        return f"exit code {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+
+
+def run_workers(np, script, *args, timeout=120, env=None, expect_success=True):
+    """Launch ``tests/workers/<script>`` on ``np`` ranks; returns a Run.
+
+    With expect_success, a non-zero exit fails the calling test with the full output.
+    """
+    full_env = dict(os.environ)
+    # One compute thread per rank: the machine has 2 cores and tests oversubscribe it.
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, full_env.get("PYTHONPATH")]))
+    if env:
+        full_env.update(env)
+    cmd = [mpirun_path(), "-np", str(np), sys.executable, os.path.join(WORKERS, script), *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{script} on {np} ranks timed out after {timeout} s (killed)\n"
+                             f"--- stdout ---\n{out}\n--- stderr ---\n{err}")
+    run = Run(proc.returncode, out, err)
+    if expect_success and run.returncode != 0:
+        raise AssertionError(f"{script} on {np} ranks failed: {run.describe()}")
+    return run
