@@ -38,21 +38,14 @@ def engine_dtype(dtype):
 
 def aligned_empty(shape, dtype):
     """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(d) for d in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+    from ._loader import engine_module
+
+    return engine_module().aligned_empty([int(d) for d in shape], np.dtype(dtype))
 
 
 def from_engine_buffer(buffer, shape, dtype):
     """A numpy view (no copy) of an engine-allocated output."""
     return np.frombuffer(buffer, dtype=np.uint8, count=buffer.nbytes).view(np.dtype(dtype)).reshape(tuple(shape))
-
-
-def address(arr):
-    return arr.ctypes.data
 
 
 class Converted:

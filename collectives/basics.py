@@ -1,5 +1,6 @@
 """Process-wide state: init, shutdown, topology, timeline."""
 import atexit
+import os
 import threading
 
 from . import config
@@ -9,6 +10,7 @@ from .errors import NotInitializedError, raise_for_status
 _lock = threading.Lock()
 _engine = None  # the running collectives._engine.Engine
 _atexit_registered = False
+_owner_pid = None  # a forked child inherits the engine object but not its thread
 
 
 def init(comm=None):
@@ -16,7 +18,7 @@ def init(comm=None):
 
     Calling it again while initialized does nothing, as in Horovod.
     """
-    global _engine, _atexit_registered
+    global _engine, _atexit_registered, _owner_pid
     with _lock:
         if _engine is not None and _engine.running:
             return
@@ -34,6 +36,7 @@ def init(comm=None):
         code, message = engine.start(address, config.engine_config(values))
         raise_for_status(code, message)
         _engine = engine
+        _owner_pid = os.getpid()
         if not _atexit_registered:
             # Registered after mpi4py's import, so it runs before MPI is finalized.
             atexit.register(shutdown)
@@ -45,7 +48,7 @@ def shutdown():
     global _engine
     with _lock:
         engine, _engine = _engine, None
-    if engine is not None:
+    if engine is not None and os.getpid() == _owner_pid:
         engine.shutdown()
 
 

@@ -2,6 +2,10 @@
 from . import basics
 from .errors import InvalidArgumentError, raise_for_status
 
+# Handles not yet synchronized. Holding them here keeps the arrays the engine reads and
+# writes alive even if the caller drops its handle (the engine never touches Python objects).
+_outstanding = {}
+
 
 class Handle:
     """One asynchronous operation (one or several engine requests, for grouped ops).
@@ -26,11 +30,9 @@ class Handle:
     def wait(self):
         if self._done:
             return self._result
-        outcomes = []
-        for i in self._ids:
-            self._engine.wait(i)  # releases the GIL while blocked
-        for i in self._ids:
-            outcomes.append(self._engine.collect(i))
+        # Each wait releases the GIL while blocked, then removes the engine's record.
+        outcomes = [self._engine.wait(i) for i in self._ids]
+        _outstanding.pop(id(self), None)
         self._done = True
         self._keep_alive = None
         for code, message, *_ in outcomes:
@@ -63,4 +65,6 @@ def submit(specs, finish, keep_alive):
     engine = basics.engine()
     code, message, ids = engine.enqueue(specs)
     raise_for_status(code, message)
-    return Handle(engine, ids, finish, keep_alive)
+    handle = Handle(engine, ids, finish, keep_alive)
+    _outstanding[id(handle)] = handle
+    return handle

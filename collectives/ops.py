@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 from . import basics
-from .arrays import Converted, address, aligned_empty, engine_dtype, from_engine_buffer
+from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
 from .constants import Average, OpType, ReduceOp
 from .errors import InvalidArgumentError
 from .handles import submit, synchronize
@@ -34,9 +34,9 @@ def _reduce_op(op):
 
 def _spec(op, name, arr, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0):
-    return (int(op), name, address(arr), address(out) if out is not None else 0, int(engine_dtype(arr.dtype)),
-            list(arr.shape), int(reduce_op), int(root), float(prescale), float(postscale),
-            [int(s) for s in splits], group, int(group_size))
+    # The engine takes pointer and shape from the arrays themselves (see csrc/bindings.cc).
+    return (int(op), name, arr, out, int(engine_dtype(arr.dtype)), int(reduce_op), int(root), float(prescale),
+            float(postscale), [int(s) for s in splits], group, int(group_size))
 
 
 def _inplace_target(conv, what):

@@ -1,5 +1,6 @@
 // The Python boundary of the engine. Statuses come back as (code, message) tuples and the
 // Python layer turns them into typed exceptions; nothing here knows any framework.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -27,26 +28,46 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   return c;
 }
 
-// One spec per tensor: (op, name, input_ptr, output_ptr, dtype, shape, reduce_op, root,
-// prescale, postscale, splits, group, group_size).
+// One spec per tensor: (op, name, input, output, dtype, reduce_op, root, prescale, postscale,
+// splits, group, group_size). input/output are C-contiguous numpy arrays (or None): taking
+// pointer and shape here costs far less than numpy's ctypes interface in Python.
 Submission SubmissionFromTuple(const py::tuple& t) {
-  if (t.size() != 13) throw py::value_error("engine submission needs 13 fields");
+  if (t.size() != 12) throw py::value_error("engine submission needs 12 fields");
   Submission s;
   Request& q = s.request;
   q.op = static_cast<OpType>(t[0].cast<int32_t>());
   q.name = t[1].cast<std::string>();
-  s.input = reinterpret_cast<const void*>(t[2].cast<uintptr_t>());
-  s.output = reinterpret_cast<void*>(t[3].cast<uintptr_t>());
+  if (!t[2].is_none()) {
+    py::array in = t[2].cast<py::array>();
+    s.input = in.data();
+    q.shape.assign(in.shape(), in.shape() + in.ndim());
+  }
+  if (!t[3].is_none()) s.output = t[3].cast<py::array>().mutable_data();
   q.dtype = static_cast<DataType>(t[4].cast<int32_t>());
-  q.shape = t[5].cast<std::vector<int64_t>>();
-  q.reduce_op = static_cast<ReduceOp>(t[6].cast<int32_t>());
-  q.root = t[7].cast<int32_t>();
-  q.prescale = t[8].cast<double>();
-  q.postscale = t[9].cast<double>();
-  q.splits = t[10].cast<std::vector<int64_t>>();
-  q.group = t[11].cast<std::string>();
-  q.group_size = t[12].cast<int32_t>();
+  q.reduce_op = static_cast<ReduceOp>(t[5].cast<int32_t>());
+  q.root = t[6].cast<int32_t>();
+  q.prescale = t[7].cast<double>();
+  q.postscale = t[8].cast<double>();
+  q.splits = t[9].cast<std::vector<int64_t>>();
+  q.group = t[10].cast<std::string>();
+  q.group_size = t[11].cast<int32_t>();
   return s;
+}
+
+py::tuple ResultTuple(Result&& r) {
+  py::object out = r.output ? py::cast(r.output) : py::none();
+  return py::make_tuple(static_cast<int>(r.status.code), r.status.message, out, r.output_shape, r.received_splits);
+}
+
+// A numpy array over 64-byte aligned engine memory (TensorFlow requires that alignment of
+// memory it borrows; numpy's own allocations are 16-byte aligned).
+py::array AlignedEmpty(const std::vector<int64_t>& shape, const py::dtype& dtype) {
+  const int64_t bytes = NumElements(shape) * static_cast<int64_t>(dtype.itemsize());
+  auto* holder = new std::shared_ptr<HostBuffer>(std::make_shared<HostBuffer>(bytes));
+  void* data = (*holder)->data();
+  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<HostBuffer>*>(p); });
+  std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+  return py::array(dtype, dims, data, owner);
 }
 
 std::string MpiLibraryVersion() {
@@ -104,25 +125,20 @@ PYBIND11_MODULE(_engine, m) {
            })
       .def("poll", &Engine::Poll)
       .def("wait",
+           // Blocks without the GIL, then removes the handle and returns
+           // (code, message, engine_output_or_None, output_shape, received_splits).
            [](Engine& e, int64_t handle) {
-             Status st;
              {
                py::gil_scoped_release nogil;
-               st = e.Wait(handle);
+               e.Wait(handle);
              }
-             return StatusTuple(st);
-           })
-      .def("collect",
-           [](Engine& e, int64_t handle) {
-             Result r = e.Collect(handle);
-             py::object out = r.output ? py::cast(r.output) : py::none();
-             return py::make_tuple(static_cast<int>(r.status.code), r.status.message, out, r.output_shape,
-                                   r.received_splits);
+             return ResultTuple(e.Collect(handle));
            })
       .def("start_timeline",
            [](Engine& e, const std::string& path, bool mark_cycles) { return StatusTuple(e.StartTimeline(path, mark_cycles)); })
       .def("stop_timeline", &Engine::StopTimeline, py::call_guard<py::gil_scoped_release>());
 
+  m.def("aligned_empty", &AlignedEmpty, py::arg("shape"), py::arg("dtype"));
   m.def("set_log_level", [](int level) { SetLogLevel(static_cast<LogLevel>(level)); });
   m.def("mpi_library_version", &MpiLibraryVersion);
   m.def("mpi_version", []() {

@@ -1,6 +1,8 @@
 // Engine lifecycle, the submission queue, handles, and waking peers.
 #include "engine.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <sstream>
 
@@ -97,6 +99,7 @@ Engine::~Engine() { Shutdown(); }
 Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
   if (thread_.joinable()) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
+  owner_pid_ = static_cast<int>(getpid());
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
   thread_ = std::thread(&Engine::ThreadMain, this, comm, std::move(started));
@@ -211,7 +214,12 @@ void Engine::Shutdown() {
   // Only one caller joins; the others find the thread gone.
   static std::mutex join_mu;
   std::lock_guard<std::mutex> lock(join_mu);
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  if (static_cast<int>(getpid()) != owner_pid_) {
+    thread_.detach();  // forked child: the engine thread lives only in the parent
+    return;
+  }
+  thread_.join();
 }
 
 void Engine::WaitForCycle(bool active) {

@@ -145,6 +145,7 @@ class Engine {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = 0;
   bool owns_mpi_ = false;
+  int owner_pid_ = 0;  // a forked child has the object but not the thread
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
