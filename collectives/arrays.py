@@ -58,10 +58,20 @@ class Converted:
         self.original = x
         self.view = as_numpy(x)
         engine_dtype(self.view.dtype)  # reject unsupported dtypes before anything else
-        self.array = np.ascontiguousarray(self.view)
+        # np.ascontiguousarray would turn 0-d arrays into 1-d ones.
+        view = self.view
+        self.array = view if view.flags.c_contiguous else np.array(view, order="C", copy=True)
 
     def wrap(self, result):
         """Give a numpy result back in the type the user passed."""
+        return to_caller_type(result, self.original)
+
+    def wrap_index(self, result):
+        """Auxiliary integer results (alltoall's received splits): a tensor of the caller's
+        framework for DLPack producers, numpy otherwise (a bytearray of int32 bytes would be
+        meaningless)."""
+        if isinstance(self.original, np.ndarray) or not hasattr(self.original, "__dlpack__"):
+            return result
         return to_caller_type(result, self.original)
 
 

@@ -189,7 +189,7 @@ def alltoall_async(tensor, splits=None, name=None):
         output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
         if splits is None:
             return output
-        return output, conv.wrap(np.asarray(received, dtype=np.int32))
+        return output, conv.wrap_index(np.asarray(received, dtype=np.int32))
 
     return submit([spec], finish, conv)
 
