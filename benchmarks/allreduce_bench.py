@@ -1,6 +1,7 @@
 """Allreduce benchmark: raw mpi4py, collectives, and torch.distributed (gloo), side by side.
 
 Run with:  mpirun -np 2 python benchmarks/allreduce_bench.py [--quick] [--json PATH] [--no-gloo]
+                                                            [--cases sizes,latency,resnet50]
 
 Method (see shared/DESIGN.md, "Measuring"): every timed repetition starts after an MPI barrier;
 a repetition's time is the slowest rank's; we report the median over the repetitions that follow
@@ -10,8 +11,11 @@ Absolute figures on a shared machine mean little; compare columns within one run
 Cases:
   1. float32 allreduce (Sum) over sizes from 4 KiB to 256 MiB.
        mpi4py   COMM_WORLD.Allreduce(send, recv): out of place, into a preallocated buffer
-       ours     collectives.allreduce(x, op=Sum, name=...): returns a new array (allocated per call)
+       ours     collectives.allreduce(x, op=Sum, name=...): out of place, a new array per call
+       mpi4py_  COMM_WORLD.Allreduce(MPI.IN_PLACE, x): in place (MPICH's out-of-place first
+                copies send to recv, so in place is faster for large tensors)
        ours_    collectives.allreduce_(x, ...): in place, no allocation
+       (above 16 MiB also mpi4py_ in 16 MiB pieces, which avoids MPICH's per-call page faults)
        gloo     torch.distributed.all_reduce on gloo (in place on a torch tensor)
   2. Latency of an 8-byte allreduce (2 float32).
   3. 161 tensors with ResNet-50's parameter shapes (~25.6M floats, ~102 MB), submitted in
@@ -28,10 +32,12 @@ import numpy as np
 from mpi4py import MPI
 
 import collectives as hvd
+from collectives import config as hvd_config
 
 comm = MPI.COMM_WORLD
 RANK, SIZE = comm.Get_rank(), comm.Get_size()
 KiB, MiB = 1024, 1024 * 1024
+CHUNK = 16 * MiB  # piece size of the "mpi4py_ chunked" variant for large tensors
 EXPECTED = SIZE * (SIZE + 1) / 2  # rank r contributes r + 1 everywhere
 
 
@@ -166,6 +172,19 @@ def bench_sizes(sizes, reps_for, dist):
         last[0] = None
 
         y = np.empty_like(x)
+        row["mpi4py_"] = measure(lambda: comm.Allreduce(MPI.IN_PLACE, y, op=MPI.SUM), reps, warmup,
+                                 setup=lambda: np.copyto(y, x))
+        check(f"mpi4py_ {nbytes} B", [y])
+        if nbytes > CHUNK:
+            # MPICH allocates a temporary of half the message per Allreduce; above glibc's mmap
+            # threshold (32 MiB at most) that is a fresh mapping, page-faulted on every call.
+            # Pieces of CHUNK bytes avoid it: this column shows what that is worth.
+            def chunked():
+                for off in range(0, n, CHUNK // 4):
+                    comm.Allreduce(MPI.IN_PLACE, y[off:off + CHUNK // 4], op=MPI.SUM)
+
+            row["mpi4py_chunked"] = measure(chunked, reps, warmup, setup=lambda: np.copyto(y, x))
+            check(f"mpi4py_ chunked {nbytes} B", [y])
         row["ours_"] = measure(lambda: hvd.allreduce_(y, op=hvd.Sum, name=name + "_"), reps, warmup,
                                setup=lambda: np.copyto(y, x))
         check(f"ours_ {nbytes} B", [y])
@@ -311,21 +330,39 @@ def ratio(a, b):
 
 
 def print_report(res):
-    cols = ["mpi4py", "ours", "ours_", "gloo"]
+    if "sizes" in res:
+        print_sizes(res)
+    if "latency" in res:
+        print_latency(res)
+    if "resnet50" in res:
+        print_resnet(res)
+
+
+def print_sizes(res):
+    cols = ["mpi4py", "ours", "mpi4py_", "ours_", "gloo"]
     print(f"\n== float32 allreduce (Sum), np={SIZE}: median time per op (slowest rank), "
           f"ratios against mpi4py (>1 = slower)")
-    print("   mpi4py: Allreduce(send, recv) out of place into a preallocated buffer; ours: allreduce "
-          "(new output array each call);\n   ours_: allreduce_ in place; gloo: torch.distributed.all_reduce "
-          "(in place)")
-    hdr = f"{'size':>8} | {'mpi4py':>10} | {'ours':>10} {'/mpi':>7} | {'ours_':>10} {'/mpi':>7} | " \
-          f"{'gloo':>10} {'/mpi':>7}"
+    print("   out of place: mpi4py Allreduce(send, recv) into a preallocated buffer; ours allreduce "
+          "(new output array each call)\n   in place:     mpi4py_ Allreduce(IN_PLACE, x); ours_ allreduce_; "
+          "gloo torch.distributed.all_reduce\n   ours/mpi compares out of place, ours_/mpi_ and gloo/mpi_ "
+          "in place")
+    hdr = f"{'size':>8} | {'mpi4py':>10} {'ours':>10} {'ours/mpi':>8} | {'mpi4py_':>10} {'ours_':>10} " \
+          f"{'ours_/mpi_':>10} | {'gloo':>10} {'gloo/mpi_':>9}"
     print(hdr)
     print("-" * len(hdr))
     for row in res["sizes"]:
-        m = med(row, "mpi4py")
-        o, oi, g = med(row, "ours"), med(row, "ours_"), med(row, "gloo")
-        print(f"{fmt_size(row['bytes']):>8} | {fmt_time(m):>10} | {fmt_time(o):>10} {ratio(o, m):>7} | "
-              f"{fmt_time(oi):>10} {ratio(oi, m):>7} | {fmt_time(g):>10} {ratio(g, m):>7}")
+        m, o = med(row, "mpi4py"), med(row, "ours")
+        mi, oi, g = med(row, "mpi4py_"), med(row, "ours_"), med(row, "gloo")
+        print(f"{fmt_size(row['bytes']):>8} | {fmt_time(m):>10} {fmt_time(o):>10} {ratio(o, m):>8} | "
+              f"{fmt_time(mi):>10} {fmt_time(oi):>10} {ratio(oi, mi):>10} | {fmt_time(g):>10} {ratio(g, mi):>9}")
+
+    large = [row for row in res["sizes"] if "mpi4py_chunked" in row]
+    if large:
+        print(f"\n   in place, large tensors: one Allreduce vs Allreduces of {CHUNK // MiB} MiB pieces")
+        for row in large:
+            mi, mc, oi = med(row, "mpi4py_"), med(row, "mpi4py_chunked"), med(row, "ours_")
+            print(f"{fmt_size(row['bytes']):>8} | mpi4py_ {fmt_time(mi):>10} | chunked {fmt_time(mc):>10} "
+                  f"{ratio(mc, mi):>7} | ours_ vs chunked {ratio(oi, mc):>7}")
 
     print("\n   algorithmic bandwidth (tensor bytes / median time), GB/s")
     hdr = f"{'size':>8} | " + " | ".join(f"{c:>8}" for c in cols)
@@ -338,6 +375,9 @@ def print_report(res):
             cells.append(f"{'n/a' if t is None else format(row['bytes'] / t / 1e9, '.2f'):>8}")
         print(f"{fmt_size(row['bytes']):>8} | " + " | ".join(cells))
 
+
+
+def print_latency(res):
     lat = res["latency"]
     m = med(lat, "mpi4py")
     print(f"\n== 8-byte allreduce latency, median of {lat['mpi4py']['reps']} (slowest rank; p90 in brackets)")
@@ -346,10 +386,14 @@ def print_report(res):
         p90 = "" if t is None else f"[p90 {fmt_time(lat[c]['p90_s'])}]"
         print(f"   {c:<8} {fmt_time(t):>10} {p90:<18} {ratio(t, m):>8} vs mpi4py")
 
+
+
+def print_resnet(res):
     rn = res["resnet50"]
     base = med(rn, "mpi4py one by one")
     print(f"\n== {rn['tensors']} tensors with ResNet-50 parameter shapes ({rn['floats']:,} floats, "
-          f"{rn['bytes'] / 1e6:.0f} MB), median of {rn['mpi4py one by one']['reps']}")
+          f"{rn['bytes'] / 1e6:.0f} MB), median of {rn['mpi4py one by one']['reps']}; "
+          f"fusion threshold {res['fusion_threshold'] / MiB:g} MiB")
     for key in ("mpi4py one by one", "mpi4py flat buffer", "ours async x161 + synchronize",
                 "ours grouped_allreduce", "ours grouped_allreduce_ (in place)", "gloo one by one"):
         t = med(rn, key)
@@ -365,7 +409,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="sizes up to 16 MiB, fewer repetitions")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to PATH (rank 0)")
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed/gloo")
+    parser.add_argument("--cases", default="sizes,latency,resnet50",
+                        help="comma-separated subset of sizes,latency,resnet50 (default: all)")
     args = parser.parse_args()
+    cases = set(args.cases.split(","))
+    unknown = cases - {"sizes", "latency", "resnet50"}
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
 
     started = time.perf_counter()
     hvd.init()
@@ -386,9 +436,13 @@ def main():
         lat_reps, rn_reps, rn_warm = 2000, 10, 2
 
     res = {"np": SIZE, "quick": args.quick, "gloo": dist is not None, "why_no_gloo": why_no_gloo}
-    res["sizes"] = bench_sizes(sizes, reps_for, dist)
-    res["latency"] = bench_latency(lat_reps, dist)
-    res["resnet50"] = bench_resnet(rn_reps, rn_warm, dist)
+    res["fusion_threshold"] = hvd_config.read("fusion_threshold")
+    if "sizes" in cases:
+        res["sizes"] = bench_sizes(sizes, reps_for, dist)
+    if "latency" in cases:
+        res["latency"] = bench_latency(lat_reps, dist)
+    if "resnet50" in cases:
+        res["resnet50"] = bench_resnet(rn_reps, rn_warm, dist)
     res["wall_s"] = time.perf_counter() - started
 
     failures = [f for per_rank in comm.gather(check.failures, root=0) or [] for f in per_rank]

@@ -3,6 +3,7 @@
 Each knob is ``COLLECTIVES_<NAME>``; when unset, the matching ``HOROVOD_<NAME>`` is honoured so
 existing job scripts keep working. The README's configuration table is this list.
 """
+import math
 import os
 from dataclasses import dataclass
 
@@ -16,6 +17,20 @@ def _parse_bool(text):
     if value in ("0", "false", "no", "off", ""):
         return False
     raise ValueError(text)
+
+
+def _non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _non_negative_float(text):
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value
 
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
@@ -45,20 +60,20 @@ class Knob:
 
 
 KNOBS = {
-    "fusion_threshold": Knob("FUSION_THRESHOLD", int, 128 * 1024 * 1024,
+    "fusion_threshold": Knob("FUSION_THRESHOLD", _non_negative_int, 128 * 1024 * 1024,
                              "Bytes of small allreduces packed into one fusion buffer (0 disables fusion)."),
-    "cycle_time_ms": Knob("CYCLE_TIME", float, 1.0,
+    "cycle_time_ms": Knob("CYCLE_TIME", _non_negative_float, 1.0,
                           "Milliseconds between negotiation cycles while tensors are pending; "
                           "new work starts a cycle at once."),
-    "cache_capacity": Knob("CACHE_CAPACITY", int, 1024,
+    "cache_capacity": Knob("CACHE_CAPACITY", _non_negative_int, 1024,
                            "Entries of the response cache (0 disables it: every request is negotiated)."),
     "timeline_path": Knob("TIMELINE", str, "", "Write a Chrome-trace timeline to this path (rank 0)."),
     "timeline_mark_cycles": Knob("TIMELINE_MARK_CYCLES", _parse_bool, False,
                                  "Mark each negotiation cycle (CYCLE_START) in the timeline."),
-    "stall_check_s": Knob("STALL_CHECK_TIME_SECONDS", float, 60.0,
+    "stall_check_s": Knob("STALL_CHECK_TIME_SECONDS", _non_negative_float, 60.0,
                           "Warn when a tensor was submitted by some ranks but not all for this long."),
     "stall_check_disable": Knob("STALL_CHECK_DISABLE", _parse_bool, False, "Turn the stall warning off."),
-    "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", float, 0.0,
+    "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", _non_negative_float, 0.0,
                              "Shut the engine down (pending operations fail) after a stall this long; 0: never."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
@@ -81,8 +96,6 @@ def read(key, environ=None):
 def load(environ=None):
     """All knobs as a dict, validated."""
     values = {key: read(key, environ) for key in KNOBS}
-    if values["fusion_threshold"] < 0 or values["cache_capacity"] < 0 or values["cycle_time_ms"] < 0:
-        raise InvalidArgumentError("fusion threshold, cache capacity and cycle time must not be negative")
     if values["stall_check_disable"]:
         values["stall_check_s"] = 0.0
     return values

@@ -14,7 +14,7 @@ class Handle:
     synchronized, so they cannot be freed under it.
     """
 
-    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_done")
+    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_error", "_done")
 
     def __init__(self, engine, ids, finish, keep_alive):
         self._engine = engine
@@ -22,6 +22,7 @@ class Handle:
         self._finish = finish          # callable(list of outcomes) -> user result
         self._keep_alive = keep_alive
         self._result = None
+        self._error = None
         self._done = False
 
     def poll(self):
@@ -29,14 +30,20 @@ class Handle:
 
     def wait(self):
         if self._done:
+            if self._error is not None:
+                raise self._error
             return self._result
         # Each wait releases the GIL while blocked, then removes the engine's record.
         outcomes = [self._engine.wait(i) for i in self._ids]
         _outstanding.pop(id(self), None)
         self._done = True
         self._keep_alive = None
-        for code, message, *_ in outcomes:
-            raise_for_status(code, message)
+        try:
+            for code, message, *_ in outcomes:
+                raise_for_status(code, message)
+        except Exception as error:  # a failed operation fails again on every later wait
+            self._error = error
+            raise
         self._result = self._finish(outcomes)
         return self._result
 

@@ -169,10 +169,10 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
 }
 
 bool Coordinator::StallCheckDue(Clock::time_point now) const {
-  if (stall_check_ <= Clock::duration::zero()) return false;
+  const bool warn = stall_check_ > Clock::duration::zero();
   for (const auto& kv : table_) {
     const Entry& e = kv.second;
-    if (now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) return true;
+    if (warn && now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) return true;
     if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) return true;
   }
   return false;
@@ -180,7 +180,7 @@ bool Coordinator::StallCheckDue(Clock::time_point now) const {
 
 void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* warnings, bool* shutdown,
                               std::string* reason) {
-  if (stall_check_ <= Clock::duration::zero()) return;
+  const bool warn = stall_check_ > Clock::duration::zero();
   std::vector<std::string> names;
   for (const auto& kv : table_) names.push_back(kv.first);
   std::sort(names.begin(), names.end());
@@ -205,7 +205,7 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
       *shutdown = true;
       if (reason->empty()) *reason = os.str();
     }
-    if (now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) {
+    if (warn && now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) {
       e.warned = true;
       e.last_warned = now;
       warnings->push_back(os.str());

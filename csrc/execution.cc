@@ -40,8 +40,11 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
 
 void* Engine::FusionBuffer(int64_t bytes) {
   if (!fusion_ || fusion_->size() < bytes) {
+    // Grow in powers of two so a warming-up training loop reallocates only a few times.
+    int64_t grown = 1 << 20;
+    while (grown < bytes) grown *= 2;
     fusion_.reset();  // free first: the old and new buffers need not coexist
-    fusion_.reset(new HostBuffer(bytes));
+    fusion_.reset(new HostBuffer(grown));
   }
   return fusion_->data();
 }

@@ -112,23 +112,30 @@ MPI_Op MpiBackend::MpiOp(DataType t, ReduceOp op) const {
   return builtin[kind];
 }
 
+// Large allreduces go in pieces of at most this many bytes. MPICH allocates a temporary
+// buffer of about half the message per call; above glibc's largest mmap threshold (32 MiB)
+// every such allocation is a fresh mapping, and its page faults doubled the time of a 64 MiB
+// allreduce here. 16 MiB pieces keep the temporary buffer reused (benchmarks/allreduce_bench.py
+// prints the comparison).
+constexpr int64_t kAllreducePieceBytes = 16LL << 20;
+
 Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
   if (count == 0) return Status::Ok();
-  const void* sbuf = (send == recv) ? MPI_IN_PLACE : send;
-#if COLLECTIVES_LARGE_COUNT
-  return Check(MPI_Allreduce_c(sbuf, recv, count, MpiType(dtype), MpiOp(dtype, op), comm_), "MPI_Allreduce");
-#else
-  // Without MPI-4 large counts, reduce in chunks of at most INT_MAX elements.
   const int64_t esize = DataTypeSize(dtype);
-  for (int64_t off = 0; off < count; off += INT_MAX) {
-    const int n = static_cast<int>(std::min<int64_t>(INT_MAX, count - off));
-    const void* s = sbuf == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(send) + off * esize;
-    Status st = Check(MPI_Allreduce(s, static_cast<char*>(recv) + off * esize, n, MpiType(dtype), MpiOp(dtype, op), comm_),
+  const int64_t piece = std::max<int64_t>(1, kAllreducePieceBytes / esize);
+  for (int64_t off = 0; off < count; off += piece) {
+    const int64_t n = std::min(piece, count - off);
+    const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * esize;
+    void* r = static_cast<char*>(recv) + off * esize;
+#if COLLECTIVES_LARGE_COUNT
+    Status st = Check(MPI_Allreduce_c(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_), "MPI_Allreduce");
+#else
+    Status st = Check(MPI_Allreduce(s, r, static_cast<int>(n), MpiType(dtype), MpiOp(dtype, op), comm_),
                       "MPI_Allreduce");
+#endif
     if (!st.ok()) return st;
   }
   return Status::Ok();
-#endif
 }
 
 Status MpiBackend::Broadcast(void* buf, int64_t bytes, int root) {

@@ -124,10 +124,14 @@ bool Engine::RunCycle(bool* active) {
   }
   std::vector<int> invalid;
   for (Pending& p : fresh) AdmitLocal(std::move(p), &invalid);
-  // A cached request waiting past the stall-check time is sent to the coordinator, which
-  // knows every rank's submissions and can name the missing ranks.
-  if (config_.stall_check_s > 0) {
-    const auto stall = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stall_check_s));
+  // A cached request waiting past the stall-check (or stall-shutdown) time is sent to the
+  // coordinator, which knows every rank's submissions: it names the missing ranks, and
+  // decides the shutdown.
+  double stall_s = config_.stall_check_s;
+  if (config_.stall_shutdown_s > 0 && (stall_s <= 0 || config_.stall_shutdown_s < stall_s))
+    stall_s = config_.stall_shutdown_s;
+  if (stall_s > 0) {
+    const auto stall = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_s));
     for (auto& kv : pending_) {
       Pending& p = kv.second;
       if (p.cache_bit >= 0 && !p.stall_flagged && now - p.enqueued > stall) {

@@ -38,6 +38,7 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
                "\"collectives\", \"start_time_since_epoch_in_micros\": %lld}}",
                static_cast<long long>(epoch_us));
   pids_.clear();
+  open_.clear();
   mark_cycles_ = mark_cycles;
   stop_writer_ = false;
   active_ = true;
@@ -87,6 +88,7 @@ void Timeline::Push(std::string event) {
 void Timeline::Begin(const std::string& tensor, const std::string& event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_) return;
+  ++open_[tensor];
   std::ostringstream os;
   os << "{\"name\": " << JsonString(event) << ", \"ph\": \"B\", \"ts\": " << Now() << ", \"pid\": " << Pid(tensor)
      << ", \"tid\": 0}";
@@ -96,6 +98,10 @@ void Timeline::Begin(const std::string& tensor, const std::string& event) {
 void Timeline::End(const std::string& tensor) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_) return;
+  // A phase that began before the timeline started has no B event to close.
+  auto it = open_.find(tensor);
+  if (it == open_.end()) return;
+  if (--it->second == 0) open_.erase(it);
   std::ostringstream os;
   os << "{\"ph\": \"E\", \"ts\": " << Now() << ", \"pid\": " << Pid(tensor) << ", \"tid\": 0}";
   Push(os.str());

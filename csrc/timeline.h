@@ -45,6 +45,7 @@ class Timeline {
   bool mark_cycles_ = false;
   std::chrono::steady_clock::time_point start_;
   std::unordered_map<std::string, int> pids_;
+  std::unordered_map<std::string, int> open_;  // B events not yet closed, per tensor
 };
 
 }  // namespace collectives

@@ -3,6 +3,7 @@
   errors_worker.py mismatch   cross-rank disagreements (fresh and cached names) raise
                               TensorMismatchError on every rank, quickly, with a message naming
                               the tensor and what differs; the engine keeps working afterwards
+  errors_worker.py resync     synchronize() of a handle that failed, a second time
   errors_worker.py local      errors detected on the calling rank at submission: duplicate
                               names in flight, unsupported dtypes, bad root ranks
 
@@ -27,7 +28,7 @@ def main():
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     chk = Checker(r)
-    {"mismatch": mismatch_cases, "local": local_cases}[mode](r, n, chk)
+    {"mismatch": mismatch_cases, "local": local_cases, "resync": resync_cases}[mode](r, n, chk)
     hvd.shutdown()
     chk.finish()
 
@@ -145,12 +146,9 @@ def mismatch_cases(r, n, chk):
     # --- a grouped allreduce in which one member mismatches: the whole group fails everywhere
     def grouped_mismatch():
         tensors = [np.ones(3, f32), np.ones((5,) if me_odd else (4,), f32)]
-        try:
-            hvd.grouped_allreduce(tensors, op=hvd.Sum, name="mm.group")
-        except hvd.TensorMismatchError as e:
-            assert "mm.group" in str(e), str(e)
-        else:
-            raise AssertionError("grouped allreduce with a mismatched member did not raise")
+        handle = hvd.grouped_allreduce_async(tensors, op=hvd.Sum, name="mm.group")
+        err, _ = expect_error(handle, hvd.TensorMismatchError, MISMATCH_DEADLINE_S, "mm.group")
+        assert "mm.group" in str(err), str(err)
         healthy(r, n, "grouped")
     chk.check("grouped allreduce with one mismatched member", grouped_mismatch)
 
@@ -199,6 +197,32 @@ def mismatch_cases(r, n, chk):
                     checks_with("mm.late", lambda m: [("shape [8]", shape_in(m, (8,))), ("shape [7]", shape_in(m, (7,)))]))
 
 
+def resync_cases(r, n, chk):
+    f32 = np.float32
+    me_odd = r == n - 1
+
+    def mismatch_handle_twice():
+        # A failed handle keeps failing: synchronizing it again must not report success.
+        h = hvd.allreduce_async(np.ones((3,) if me_odd else (2,), f32), op=hvd.Sum, name="mm.resync")
+        expect_error(h, hvd.TensorMismatchError, MISMATCH_DEADLINE_S, "mm.resync")
+        assert hvd.poll(h)
+        try:
+            result = hvd.synchronize(h)
+        except hvd.TensorMismatchError:
+            pass
+        else:
+            raise AssertionError(f"second synchronize() of a failed handle returned {result!r} instead of raising")
+    chk.check("synchronize a mismatched handle twice", mismatch_handle_twice)
+
+    def success_handle_twice():
+        h = hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="ok.resync")
+        first = wait(h, 30, "ok.resync")
+        second = hvd.synchronize(h)
+        np.testing.assert_array_equal(first, np.full(2, n, f32))
+        np.testing.assert_array_equal(second, first)
+    chk.check("synchronize a successful handle twice returns the result again", success_handle_twice)
+
+
 def local_cases(r, n, chk):
     f32 = np.float32
 
@@ -235,6 +259,37 @@ def local_cases(r, n, chk):
         out = wait(hvd.broadcast_async(np.full(2, r, f32), 0, name="dup.mixed"), 30, "dup.mixed as broadcast")
         np.testing.assert_array_equal(out, np.zeros(2, f32))
     chk.check("duplicate name across op types", duplicate_across_ops)
+
+    def duplicate_grouped():
+        first = hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
+        try:
+            hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
+        except hvd.DuplicateNameError:
+            pass
+        else:
+            raise AssertionError("a second grouped allreduce with the same name in flight did not raise")
+        outs = wait(first, 30, "dup.group")
+        np.testing.assert_array_equal(outs[0], np.full(2, n, f32))
+        np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
+        outs = wait(hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group"),
+                    30, "dup.group reuse")
+        np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
+    chk.check("duplicate grouped allreduce name", duplicate_grouped)
+
+    def duplicate_rejected_atomically():
+        # A group with one name in flight is rejected as a whole: none of it is queued.
+        first = hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.1")
+        try:
+            hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum, name="dup.atomic")
+        except hvd.DuplicateNameError:
+            pass
+        else:
+            raise AssertionError("group containing an in-flight name did not raise")
+        wait(first, 30, "dup.atomic.1")
+        # dup.atomic.0 was not left in flight by the rejected group.
+        out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.0"), 30, "dup.atomic.0")
+        np.testing.assert_array_equal(out, np.full(2, n, f32))
+    chk.check("a group with an in-flight member name is rejected whole", duplicate_rejected_atomically)
 
     # --- unsupported dtypes: UnsupportedTypeError (a TypeError) for every verb
     bad = [np.zeros(4, np.complex64), np.zeros(4, np.complex128), np.array([object(), 1, "a", None], dtype=object),

@@ -62,6 +62,12 @@ def main():
     except BaseException as e:  # noqa: BLE001
         results["shutdown"] = [[c.__name__ for c in type(e).__mro__], str(e)]
     results["is_initialized_after"] = hvd.is_initialized()
+    # Last, because it imports mpi4py.MPI before finding the engine missing.
+    try:
+        hvd.mpi_threads_supported()
+        results["mpi_threads_supported"] = "ok"
+    except BaseException as e:  # noqa: BLE001
+        results["mpi_threads_supported"] = [[c.__name__ for c in type(e).__mro__], str(e)]
     print(json.dumps(results))
 
 

@@ -19,7 +19,7 @@ def _rank():
     try:
         return hvd.rank()
     except Exception:  # noqa: BLE001 - not initialized or already shut down
-        return "?"
+        return os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
 
 
 def wait(handle, timeout, label):
