@@ -307,7 +307,15 @@ void Engine::WaitForCycle(bool active) {
         break;
       }
     }
-    if (PollWake()) break;
+    if (PollWake()) {
+      // A peer started the cycle; our own submission is often microseconds behind. Give it
+      // a moment so that it joins this cycle instead of needing the next one.
+      if (spin_) {
+        const uint64_t seen = submissions_.load();
+        SpinFor([&] { return submissions_.load() != seen; });
+      }
+      break;
+    }
     const auto now = Clock::now();
     if (now >= deadline) break;
     if (spin_ && active) {
