@@ -13,6 +13,12 @@ int64_t Bytes(const Request& q) { return NumElements(q.shape) * DataTypeSize(q.d
 
 bool Fusable(const Response& r) { return r.op == OpType::ALLREDUCE && r.error.empty(); }
 
+// Host tensors larger than this are reduced where they lie instead of through the fusion
+// buffer: copying in and out (about 13 us for 64 KiB at 10 GB/s) costs more than the MPI call
+// that fusion saves (a few us). Measured on 161 ResNet-50 gradients at np=2: fusing
+// everything 61 ms, fusing tensors up to 64 KiB 45 ms (mpi4py one call per tensor: 39 ms).
+constexpr int64_t kMaxFusedTensorBytes = 64 * 1024;
+
 bool SameFusionKey(const Response& a, const Response& b) {
   return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
          a.postscale == b.postscale && a.device == b.device;
@@ -61,10 +67,11 @@ std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>&
     plan.push_back({i});
     if (!Fusable(responses[i]) || !entries[i]) continue;
     int64_t bytes = Bytes(entries[i]->request);
+    if (bytes > kMaxFusedTensorBytes) continue;
     for (size_t j = i + 1; j < responses.size(); ++j) {
       if (assigned[j] || !entries[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
       const int64_t b = Bytes(entries[j]->request);
-      if (bytes + b > config_.fusion_threshold) continue;
+      if (b > kMaxFusedTensorBytes || bytes + b > config_.fusion_threshold) continue;
       bytes += b;
       assigned[j] = true;
       plan.back().push_back(j);
