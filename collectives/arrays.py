@@ -19,7 +19,6 @@ _NUMPY_DTYPES = {
     np.dtype(np.bool_): DataType.BOOL,
 }
 
-ALIGNMENT = 64  # what TensorFlow demands of memory it borrows; free for numpy
 
 
 def engine_dtype(dtype):

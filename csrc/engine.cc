@@ -191,7 +191,6 @@ void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   started.set_value(Status::Ok());
 
   bool active = false;
-  Status stop_reason;
   while (true) {
     WaitForCycle(active);
     if (!RunCycle(&active)) break;
@@ -241,7 +240,6 @@ Status Engine::Setup(MPI_Comm comm) {
 }
 
 void Engine::Teardown() {
-  Status why;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
@@ -432,7 +430,9 @@ Result Engine::Collect(int64_t handle) {
   auto it = handles_.find(handle);
   Result r;
   if (it == handles_.end() || !it->second.done) {
-    r.status = Status::Error(StatusCode::INVALID_ARGUMENT, "handle " + std::to_string(handle) + " is not complete");
+    r.status = Status::Error(StatusCode::INVALID_ARGUMENT,
+                             "handle " + std::to_string(handle) +
+                                 (it == handles_.end() ? " is unknown or was already synchronized" : " is not complete"));
     return r;
   }
   r = std::move(it->second.result);
