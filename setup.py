@@ -99,6 +99,6 @@ engine = Extension(
 setup(
     ext_modules=[engine],
     cmdclass={"build_ext": BuildEngine},
-    packages=["collectives", "collectives.adapters"],
+    packages=["collectives", "collectives.torch", "collectives.adapters", "collectives.adapters.torch"],
     package_dir={"collectives": "collectives", "collectives.adapters": "adapters"},
 )

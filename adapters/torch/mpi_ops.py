@@ -1,0 +1,236 @@
+"""horovod.torch's collective functions, with Horovod's signatures and semantics, on top of
+the torch verbs (adapters.torch.ops) and their autograd Functions (adapters.torch.functions)."""
+import warnings
+
+import collectives
+from collectives.constants import Average, Sum
+
+from . import ops as raw
+from .compression import Compression
+from .functions import (
+    AllgatherFn,
+    AllreduceFn,
+    AlltoallFn,
+    BroadcastFn,
+    GroupedAllgatherFn,
+    GroupedAllreduceFn,
+    GroupedReducescatterFn,
+    ReducescatterFn,
+)
+from .tensors import poll, synchronize  # noqa: F401 - re-exported
+
+
+class _GlobalProcessSet:
+    """Stand-in for Horovod's ``global_process_set`` (all ranks) until process sets exist."""
+
+    process_set_id = 0
+
+    @property
+    def ranks(self):
+        return list(range(collectives.size()))
+
+    def size(self):
+        return collectives.size()
+
+    def rank(self):
+        return collectives.rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=0, ranks=all)"
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def check_process_set(process_set):
+    if process_set is None or process_set is global_process_set:
+        return
+    raise NotImplementedError(
+        "collectives.torch supports only the global process set for now; process sets other "
+        f"than global_process_set are not implemented (got {process_set!r})")
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule: ``op`` wins; the deprecated ``average`` bool maps to Average/Sum; default Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+# ---------------------------------------------------------------- allreduce
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Start an allreduce (no autograd); ``synchronize(handle)`` returns the reduced tensor."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.allreduce_async(tensor, op, name, prescale_factor, postscale_factor)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduce ``tensor`` over all ranks (Average by default); differentiable."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """In-place ``allreduce_async``: ``synchronize`` returns ``tensor``, now holding the result."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce (no autograd); returns ``tensor``."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce a list of tensors negotiated and executed together; differentiable."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor, *[t for t, _ in pairs])
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, pairs)]
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.grouped_allreduce_async_(tensors, op, name, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# ---------------------------------------------------------------- allgather
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    check_process_set(process_set)
+    return raw.allgather_async(tensor, name)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenate every rank's ``tensor`` along the first dimension (which may differ); differentiable."""
+    check_process_set(process_set)
+    return AllgatherFn.apply(tensor, name)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    check_process_set(process_set)
+    return list(GroupedAllgatherFn.apply(name, *tensors))
+
+
+# ---------------------------------------------------------------- broadcast
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    check_process_set(process_set)
+    return raw.broadcast_async(tensor, root_rank, name)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's ``tensor`` on every rank; differentiable."""
+    check_process_set(process_set)
+    return BroadcastFn.apply(tensor, root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    check_process_set(process_set)
+    return raw.broadcast_async_(tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast (no autograd); returns ``tensor``."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---------------------------------------------------------------- alltoall
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """``synchronize(handle)`` returns ``(output, received_splits)``."""
+    check_process_set(process_set)
+    return raw.alltoall_async(tensor, splits, name)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Rows ``splits[i]`` go to rank i (equal parts without splits). Returns the received
+    tensor, or ``(received, received_splits)`` (an int32 tensor) when ``splits`` is given;
+    differentiable."""
+    check_process_set(process_set)
+    output, received_splits = AlltoallFn.apply(tensor, splits, name)
+    return output if splits is None else (output, received_splits)
+
+
+# ---------------------------------------------------------------- reducescatter
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    check_process_set(process_set)
+    return raw.reducescatter_async(tensor, Average if op is None else op, name, prescale_factor, postscale_factor)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce over ranks; rank i keeps block i of the first dimension; differentiable."""
+    check_process_set(process_set)
+    op = Average if op is None else op
+    compressed, ctx = compression.compress(tensor)
+    out = ReducescatterFn.apply(compressed, op, name, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    check_process_set(process_set)
+    op = Average if op is None else op
+    pairs = [compression.compress(t) for t in tensors]
+    outs = GroupedReducescatterFn.apply(op, name, prescale_factor, postscale_factor, *[t for t, _ in pairs])
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(outs, pairs)]
+
+
+# ---------------------------------------------------------------- others
+
+def barrier(process_set=global_process_set):
+    """Block until every rank has called barrier."""
+    check_process_set(process_set)
+    collectives.barrier()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's picklable ``obj`` on every rank."""
+    check_process_set(process_set)
+    return collectives.broadcast_object(obj, root_rank, name)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """The list of every rank's picklable ``obj``, in rank order."""
+    check_process_set(process_set)
+    return collectives.allgather_object(obj, name)
+

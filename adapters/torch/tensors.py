@@ -1,0 +1,122 @@
+"""torch.Tensor <-> numpy views for the engine, and handles that give torch tensors back.
+
+Contiguous CPU tensors cross with zero copies: ``tensor.detach().numpy()`` shares the
+tensor's memory, and results come back through ``torch.from_numpy`` (sharing the engine's
+output). bfloat16 has no numpy dtype in torch, so its storage is viewed as int16 bits and
+reinterpreted as ``ml_dtypes.bfloat16`` (and the reverse on the way back). Non-contiguous
+tensors are accepted (the layer below copies them; in-place results are written back).
+"""
+import numpy as np
+import torch
+
+from collectives.errors import InvalidArgumentError, UnsupportedTypeError
+
+_SUPPORTED = {
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
+}
+
+_bfloat16 = None
+
+
+def _bf16_numpy_dtype():
+    global _bfloat16
+    if _bfloat16 is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes comes with the test tools
+            raise UnsupportedTypeError(
+                "bfloat16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
+        _bfloat16 = np.dtype(ml_dtypes.bfloat16)
+    return _bfloat16
+
+
+def check_tensor(tensor, what="collective"):
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise UnsupportedTypeError(
+            f"{what}: tensors on device '{tensor.device}' are not supported yet (collectives.torch "
+            "handles CPU tensors only; GPU support comes with the NCCL backend). Move the tensor "
+            "to the CPU with .cpu() first.")
+    if tensor.layout != torch.strided:
+        raise UnsupportedTypeError(f"{what}: {tensor.layout} tensors are not supported; use a dense tensor")
+    if tensor.dtype not in _SUPPORTED:
+        raise UnsupportedTypeError(
+            f"{what}: collectives does not support dtype {tensor.dtype}; supported: uint8, int8, int16, "
+            "int32, int64, float16, bfloat16, float32, float64, bool")
+    return tensor
+
+
+def to_numpy(tensor, what="collective"):
+    """A numpy view sharing ``tensor``'s memory (strided like the tensor)."""
+    t = check_tensor(tensor, what).detach()
+    if t.is_conj() or t.is_neg():  # lazy views without materialized memory
+        t = t.resolve_conj().resolve_neg()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_bf16_numpy_dtype())
+    return t.numpy()
+
+
+def from_numpy(array):
+    """A torch tensor sharing ``array``'s memory (bfloat16 for ml_dtypes.bfloat16 arrays)."""
+    array = np.asarray(array)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(_writable(array.view(np.int16))).view(torch.bfloat16)
+    return torch.from_numpy(_writable(array))
+
+
+def _writable(array):
+    # torch.from_numpy warns on read-only arrays; engine outputs are writable, so this only
+    # copies in unusual cases.
+    return array if array.flags.writeable else array.copy()
+
+
+def from_numpy_like(array, like):
+    out = from_numpy(array)
+    return out if out.dtype == like.dtype else out.to(like.dtype)
+
+
+class TorchHandle:
+    """An asynchronous operation whose result is converted to torch tensors on completion."""
+
+    __slots__ = ("_handle", "_convert", "_done", "_result", "_keep_alive")
+
+    def __init__(self, handle, convert, keep_alive=None):
+        self._handle = handle
+        self._convert = convert
+        self._done = False
+        self._result = None
+        self._keep_alive = keep_alive  # the torch tensors whose memory the engine uses
+
+    def poll(self):
+        return self._done or self._handle.poll()
+
+    def wait(self):
+        if not self._done:
+            result = self._handle.wait()  # raises the operation's error (again on later waits)
+            self._result = self._convert(result)
+            self._done = True
+            self._keep_alive = None
+        return self._result
+
+    def __repr__(self):
+        return f"<collectives.torch handle {self._handle!r}>"
+
+
+def poll(handle):
+    """True when the asynchronous operation has finished (``synchronize`` will not block)."""
+    if isinstance(handle, TorchHandle):
+        return handle.poll()
+    import collectives
+
+    return collectives.poll(handle)
+
+
+def synchronize(handle):
+    """Wait for an asynchronous operation and return its result as torch tensors."""
+    if isinstance(handle, TorchHandle):
+        return handle.wait()
+    import collectives
+
+    return collectives.synchronize(handle)

@@ -1,0 +1,422 @@
+"""PyTorch DistributedOptimizer and broadcasts on real ranks (run under mpirun).
+
+Usage: torch_optim_worker.py FAMILY [FAMILY ...]
+
+Families:
+  train      N ranks on 1/N of a batch reach the parameters of one process on the whole batch
+             (computed by every rank itself from the same seed): SGD-momentum and Adam, plain,
+             backward_passes_per_step=2, groups=2 (and explicit groups), gradient_predivide_factor,
+             fp16 compression.
+  overlap    allreduces are submitted before the backward pass has finished.
+  edge       a parameter unused on every rank / on some ranks, skip_synchronize with gradient
+             clipping, zero_grad with pending handles raises, named_parameters validation.
+  broadcast  broadcast_parameters (state_dict, named_parameters) and broadcast_optimizer_state
+             for SGD-momentum, Adam, AdamW, RMSprop, Adagrad.
+"""
+import copy
+import sys
+import warnings
+
+import torch
+
+import collectives as hvd
+from collectives.torch.optimizer import (
+    Compression,
+    DistributedOptimizer,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from common import Checker
+
+torch.set_num_threads(1)
+R = S = None
+chk = None
+
+
+def mlp(seed=0, extra=False):
+    torch.manual_seed(seed)
+    layers = [torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+              torch.nn.Linear(16, 3)]
+    return torch.nn.Sequential(*layers)
+
+
+def batch(step, n):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(n, 8, generator=g), torch.randn(n, 3, generator=g)
+
+
+def loss_fn(model, x, y):
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def assert_params_close(a, b, rtol, atol, what=""):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=atol, msg=lambda m: f"{what} {name}: {m}")
+
+
+def assert_same_on_all_ranks(model, what):
+    mine = [p.detach().clone() for p in model.state_dict().values()]
+    rootv = hvd.broadcast_object(mine, root_rank=0)
+    for a, b in zip(mine, rootv):
+        assert torch.equal(a, b), f"{what}: rank {R} differs from rank 0"
+
+
+# ---------------------------------------------------------------- train
+
+def run_equivalence(make_opt, steps=4, passes=1, rtol=1e-5, atol=1e-6, **kw):
+    micro = 4  # rows per rank per micro-batch
+    model = mlp()
+    ref = copy.deepcopy(model)
+    ref_opt = make_opt(ref.parameters())
+    opt = DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters(),
+                               backward_passes_per_step=passes, **kw)
+    for step in range(steps):
+        x, y = batch(step, S * micro * passes)
+        # reference: one process, micro-batch j is rows [j*S*micro, (j+1)*S*micro)
+        ref_opt.zero_grad()
+        for j in range(passes):
+            rows = slice(j * S * micro, (j + 1) * S * micro)
+            loss_fn(ref, x[rows], y[rows]).backward()
+        ref_opt.step()
+        # distributed: this rank's share of micro-batch j
+        opt.zero_grad()
+        for j in range(passes):
+            rows = slice((j * S + R) * micro, (j * S + R + 1) * micro)
+            loss_fn(model, x[rows], y[rows]).backward()
+        opt.step()
+    assert_params_close(model, ref, rtol, atol, "distributed vs single process")
+    assert_same_on_all_ranks(model, "after training")
+    assert opt._submissions > 0
+
+
+def family_train():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
+    chk.check("sgd momentum", lambda: run_equivalence(sgd))
+    chk.check("adam", lambda: run_equivalence(adam))
+    chk.check("sgd backward_passes_per_step=2", lambda: run_equivalence(sgd, passes=2))
+    chk.check("adam backward_passes_per_step=2", lambda: run_equivalence(adam, passes=2))
+    chk.check("sgd groups=2", lambda: run_equivalence(sgd, groups=2))
+    chk.check("adam groups=2 passes=2", lambda: run_equivalence(adam, groups=2, passes=2))
+    chk.check("sgd gradient_predivide_factor=2", lambda: run_equivalence(sgd, gradient_predivide_factor=2.0))
+    chk.check("sgd fp16 compression",
+              lambda: run_equivalence(sgd, compression=Compression.fp16, rtol=1e-2, atol=1e-3))
+    chk.check("sgd bf16 compression",
+              lambda: run_equivalence(sgd, compression=Compression.bf16, rtol=5e-2, atol=1e-2))
+
+    def explicit_groups():
+        model = mlp()
+        ref = copy.deepcopy(model)
+        params = list(model.parameters())
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=[params[0:2], params[4:6]])
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for step in range(3):
+            x, y = batch(step, S * 4)
+            ref_opt.zero_grad()
+            loss_fn(ref, x, y).backward()
+            ref_opt.step()
+            opt.zero_grad()
+            loss_fn(model, x[R * 4:(R + 1) * 4], y[R * 4:(R + 1) * 4]).backward()
+            opt.step()
+        assert_params_close(model, ref, 1e-5, 1e-6)
+        assert len(opt._groups) == 4  # two explicit groups + the two left-over parameters alone
+    chk.check("explicit groups", explicit_groups)
+
+    def isinstance_and_state_dict():
+        model = mlp()
+        opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01))
+        assert isinstance(opt, torch.optim.Adam)
+        loss_fn(model, *batch(0, 4)).backward()
+        opt.step()
+        sd = opt.state_dict()
+        assert len(sd["state"]) == 6 and sd["param_groups"][0]["lr"] == 0.01
+        opt.load_state_dict(sd)
+    chk.check("isinstance and state_dict", isinstance_and_state_dict)
+
+
+# ---------------------------------------------------------------- overlap
+
+def family_overlap():
+    def overlap():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(6)])
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+        seen = []
+        for _ in range(3):
+            x = torch.randn(8, 32)
+            h = model[0](x)
+            # Fires when the gradient w.r.t. the first layer's output is computed: the later
+            # layers' gradients are final by then, the first layer's are not.
+            h.register_hook(lambda g: seen.append(opt._submissions) or None)
+            out = model[1:](h)
+            before = opt._submissions
+            out.sum().backward()
+            assert seen[-1] - before > 0, f"nothing submitted before the end of backward ({seen})"
+            assert seen[-1] - before < 12, "everything submitted before the first layer's gradient existed"
+            assert opt._submissions - before == 12
+            opt.step()
+            opt.zero_grad()
+    chk.check("allreduces submitted during backward", overlap)
+
+
+# ---------------------------------------------------------------- edge cases
+
+class WithUnused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 3)
+        self.unused = torch.nn.Linear(8, 3)
+
+    def forward(self, x, use_extra=False):
+        h = torch.tanh(self.a(x))
+        out = self.b(h)
+        return out + self.unused(h) if use_extra else out
+
+
+def family_edge():
+    def unused_everywhere():
+        model = WithUnused()
+        ref = copy.deepcopy(model)
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for step in range(3):
+            x, y = batch(step, S * 4)
+            ref_opt.zero_grad()
+            loss_fn(ref, x, y).backward()
+            ref_opt.step()
+            opt.zero_grad()
+            loss_fn(model, x[R * 4:(R + 1) * 4], y[R * 4:(R + 1) * 4]).backward()
+            opt.step()
+            assert torch.count_nonzero(model.unused.weight.grad) == 0
+        assert_params_close(model, ref, 1e-5, 1e-6)
+    chk.check("parameter unused on every rank", unused_everywhere)
+
+    def unused_on_some_ranks():
+        model = WithUnused()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+        for step in range(3):
+            x, y = batch(step, 4)
+            opt.zero_grad()
+            loss_fn(lambda t: model(t, use_extra=(R == 0)), x, y).backward()
+            opt.step()
+        assert_same_on_all_ranks(model, "unused on some ranks")
+    chk.check("parameter unused on some ranks", unused_on_some_ranks)
+
+    def clip_with_skip_synchronize():
+        model = mlp()
+        ref = copy.deepcopy(model)
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for step in range(3):
+            x, y = batch(step, S * 4)
+            ref_opt.zero_grad()
+            loss_fn(ref, x, y).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+            ref_opt.step()
+            opt.zero_grad()
+            loss_fn(model, x[R * 4:(R + 1) * 4], y[R * 4:(R + 1) * 4]).backward()
+            opt.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no "step() after synchronize()" warning here
+                with opt.skip_synchronize():
+                    opt.step()
+        assert_params_close(model, ref, 1e-5, 1e-6)
+    chk.check("skip_synchronize with clipping", clip_with_skip_synchronize)
+
+    def zero_grad_pending():
+        model = mlp()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+        loss_fn(model, *batch(0, 4)).backward()
+        try:
+            opt.zero_grad()
+        except AssertionError as e:
+            assert "zero_grad" in str(e)
+        else:
+            raise AssertionError("zero_grad with pending handles did not raise")
+        opt.synchronize()
+        opt.zero_grad()  # fine once synchronized
+    chk.check("zero_grad with pending handles raises", zero_grad_pending)
+
+    def too_many_backwards():
+        model = mlp()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+        loss_fn(model, *batch(0, 4)).backward()
+        try:
+            loss_fn(model, *batch(1, 4)).backward()
+        except (AssertionError, RuntimeError) as e:
+            assert "backward_passes_per_step" in str(e)
+        else:
+            raise AssertionError("second backward before step() did not raise")
+        opt.synchronize()
+    chk.check("two backwards with backward_passes_per_step=1 raises", too_many_backwards)
+
+    def argument_validation():
+        model = mlp()
+        named = list(model.named_parameters())[:-1]
+        for kwargs, exc in [({"named_parameters": named}, ValueError),
+                            ({"process_set": object()}, NotImplementedError),
+                            ({"groups": 0}, ValueError)]:
+            try:
+                DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+            except exc:
+                pass
+            else:
+                raise AssertionError(f"{kwargs} did not raise {exc.__name__}")
+    chk.check("argument validation", argument_validation)
+
+    def sparse_as_dense():
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4, sparse=True)
+        ref = copy.deepcopy(emb)
+        opt = DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=True)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        idx = torch.arange(S * 2) % 10
+        ref_opt.zero_grad()
+        ref(idx).sum().backward()
+        ref.weight.grad = ref.weight.grad.to_dense() / S
+        ref_opt.step()
+        opt.zero_grad()
+        emb(idx[R * 2:(R + 1) * 2]).sum().backward()
+        opt.step()
+        torch.testing.assert_close(emb.weight.detach(), ref.weight.detach())
+    chk.check("sparse_as_dense", sparse_as_dense)
+
+    def bf16_and_fp16_parameters():
+        for dtype in (torch.bfloat16, torch.float16):
+            model = mlp().to(dtype)
+            opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+            x, y = batch(0, 4)
+            opt.zero_grad()
+            loss_fn(model, (x + R).to(dtype), y.to(dtype)).backward()
+            opt.synchronize()
+            grads = [p.grad.clone() for p in model.parameters()]
+            root = hvd.broadcast_object(grads, root_rank=0)
+            assert all(g.dtype == dtype and torch.equal(g, r) for g, r in zip(grads, root)), dtype
+            with opt.skip_synchronize():
+                opt.step()
+            assert_same_on_all_ranks(model, f"{dtype} parameters")
+    chk.check("bfloat16 / float16 parameters", bf16_and_fp16_parameters)
+
+    def global_process_set():
+        import collectives.torch as ct
+        model = mlp()
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), process_set=ct.global_process_set)
+    chk.check("process_set=global_process_set accepted", global_process_set)
+
+
+# ---------------------------------------------------------------- broadcast
+
+OPTIMIZERS = {
+    "SGD-momentum": lambda ps, lr: torch.optim.SGD(ps, lr=lr, momentum=0.9),
+    "Adam": lambda ps, lr: torch.optim.Adam(ps, lr=lr),
+    "AdamW": lambda ps, lr: torch.optim.AdamW(ps, lr=lr, weight_decay=0.1),
+    "RMSprop": lambda ps, lr: torch.optim.RMSprop(ps, lr=lr, momentum=0.5),
+    "Adagrad": lambda ps, lr: torch.optim.Adagrad(ps, lr=lr),
+}
+
+
+def family_broadcast():
+    def params_state_dict():
+        model = mlp(seed=R)
+        model.register_buffer("counter", torch.tensor(R, dtype=torch.int64))
+        broadcast_parameters(model.state_dict(), root_rank=0)
+        expected = mlp(seed=0)
+        assert_params_close(model, expected, 0, 0)
+        assert int(model.counter) == 0
+        assert_same_on_all_ranks(model, "state_dict broadcast")
+    chk.check("broadcast_parameters(state_dict)", params_state_dict)
+
+    def params_named():
+        model = mlp(seed=R + 10)
+        broadcast_parameters(model.named_parameters(), root_rank=S - 1)
+        assert_params_close(model, mlp(seed=S - 1 + 10), 0, 0)
+        model = mlp(seed=R + 20)
+        broadcast_parameters(list(model.named_parameters()), root_rank=0)
+        assert_params_close(model, mlp(seed=20), 0, 0)
+    chk.check("broadcast_parameters(named_parameters)", params_named)
+
+    def bf16_params():
+        torch.manual_seed(R)
+        t = torch.randn(5, dtype=torch.bfloat16)
+        broadcast_parameters({"t": t}, root_rank=0)
+        torch.manual_seed(0)
+        assert torch.equal(t, torch.randn(5, dtype=torch.bfloat16))
+    chk.check("broadcast_parameters bfloat16", bf16_params)
+
+    for name, make in OPTIMIZERS.items():
+        def case(name=name, make=make):
+            model = mlp(seed=R)
+            opt = make(model.parameters(), 0.01 if R == 0 else 0.5)
+            if R == 0:  # only the root has stepped: other ranks have empty (or initial) state
+                for step in range(3):
+                    opt.zero_grad()
+                    loss_fn(model, *batch(step, 4)).backward()
+                    opt.step()
+            broadcast_parameters(model.state_dict(), root_rank=0)
+            broadcast_optimizer_state(opt, root_rank=0)
+            root_sd = hvd.broadcast_object(opt.state_dict(), root_rank=0)
+            sd = opt.state_dict()
+            assert sd["param_groups"] == root_sd["param_groups"], (sd["param_groups"], root_sd["param_groups"])
+            assert sd["param_groups"][0]["lr"] == 0.01
+            assert sd["state"].keys() == root_sd["state"].keys() and len(sd["state"]) == 6
+            for pid, entries in root_sd["state"].items():
+                assert entries.keys() == sd["state"][pid].keys()
+                for key, value in entries.items():
+                    mine = sd["state"][pid][key]
+                    if isinstance(value, torch.Tensor):
+                        assert torch.equal(mine, value), f"{name} state {pid}.{key} differs"
+                    else:
+                        assert mine == value
+                    if key == "step":
+                        assert float(mine) == 3.0, f"{name}: step {mine}"
+            # the same gradients on every rank -> identical parameters after a step
+            opt.zero_grad()
+            loss_fn(model, *batch(99, 4)).backward()
+            opt.step()
+            assert_same_on_all_ranks(model, f"{name} after a step")
+        chk.check(f"broadcast_optimizer_state {name}", case)
+
+    def distributed_optimizer_state():
+        model = mlp(seed=R)
+        opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+        broadcast_parameters(model.state_dict(), root_rank=0)
+        broadcast_optimizer_state(opt, root_rank=0)  # nobody has stepped: nothing but param_groups
+        for step in range(2):
+            opt.zero_grad()
+            x, y = batch(step, 4)
+            loss_fn(model, x + R, y).backward()
+            opt.step()
+        broadcast_optimizer_state(opt, root_rank=0)
+        assert_same_on_all_ranks(model, "DistributedOptimizer(Adam)")
+    chk.check("broadcast_optimizer_state on a DistributedOptimizer", distributed_optimizer_state)
+
+
+FAMILIES = {"train": family_train, "overlap": family_overlap, "edge": family_edge, "broadcast": family_broadcast}
+
+
+def main():
+    global R, S, chk
+    hvd.init()
+    R, S = hvd.rank(), hvd.size()
+    chk = Checker(R)
+    for fam in sys.argv[1:]:
+        FAMILIES[fam]()
+    hvd.shutdown()
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()
