@@ -5,6 +5,7 @@ by the MPICH launcher installed beside this Python, and a run that exceeds its t
 killed as a whole process group and reported as a failure with whatever it printed.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,3 +56,14 @@ def run_workers(np, script, *args, timeout=120, env=None, expect_success=True):
     if expect_success and run.returncode != 0:
         raise AssertionError(f"{script} on {np} ranks failed: {run.describe()}")
     return run
+
+
+def assert_all_ranks_passed(run, np, min_cases=1):
+    """Every rank printed its Checker summary ("[rank R] N passed, M failed") with no failures
+    and at least ``min_cases`` cases (guards against ranks that exit silently)."""
+    found = re.findall(r"\[rank (\d+)\] (\d+) passed, (\d+) failed", run.stdout)
+    ranks = sorted(int(r) for r, _, _ in found)
+    assert ranks == list(range(np)), f"summaries from ranks {ranks}, expected {list(range(np))}:\n{run.describe()}"
+    for r, passed, failed in found:
+        assert int(failed) == 0, f"rank {r}: {failed} failed\n{run.describe()}"
+        assert int(passed) >= min_cases, f"rank {r} ran only {passed} cases\n{run.describe()}"

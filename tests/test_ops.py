@@ -13,25 +13,14 @@ barrier), stress (hundreds of async ops before any synchronize, every op outstan
 once, names reused over iterations with changing shapes/splits/roots/dtypes, ranks
 submitting in different orders and at different speeds).
 """
-import re
 
 import pytest
 
-from mpi_launch import run_workers
+from mpi_launch import assert_all_ranks_passed, run_workers
 
 ALL_FAMILIES = ["allreduce", "shapes", "noncontig", "broadcast", "allgather", "alltoall", "reducescatter", "grouped",
                 "types", "objects", "stress"]
 TIMEOUT = 240  # seconds per launch; a run takes ~2-20 s on an idle 2-core machine
-
-
-def assert_all_ranks_passed(run, np_):
-    """Every rank reported its summary line, with no failures (guards against silent exits)."""
-    found = re.findall(r"\[rank (\d+)\] (\d+) passed, (\d+) failed", run.stdout)
-    ranks = sorted(int(r) for r, _, _ in found)
-    assert ranks == list(range(np_)), f"summaries from ranks {ranks}, expected {list(range(np_))}:\n{run.describe()}"
-    for r, passed, failed in found:
-        assert int(failed) == 0, f"rank {r}: {failed} failed\n{run.describe()}"
-        assert int(passed) > 0, f"rank {r} ran no cases\n{run.describe()}"
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])

@@ -8,7 +8,6 @@ equal parts), reducescatter (uneven), backward of every differentiable op in flo
 float64 (named and automatically named), compression, zero-copy, 0-d, errors, objects.
 """
 import os
-import re
 import subprocess
 import sys
 
@@ -16,24 +15,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mpi_launch import run_workers  # noqa: E402
+from mpi_launch import assert_all_ranks_passed, run_workers  # noqa: E402
 
 FAMILIES = ["allreduce", "grouped", "broadcast", "allgather", "alltoall", "reducescatter", "backward", "misc"]
-
-
-def assert_all_ranks_passed(run, np_):
-    found = re.findall(r"\[rank (\d+)\] (\d+) passed, (\d+) failed", run.stdout)
-    ranks = sorted(int(r) for r, _, _ in found)
-    assert ranks == list(range(np_)), f"summaries from ranks {ranks}, expected {list(range(np_))}:\n{run.describe()}"
-    for r, passed, failed in found:
-        assert int(failed) == 0, f"rank {r}: {failed} failed\n{run.describe()}"
-        assert int(passed) > 100, f"rank {r} ran only {passed} cases\n{run.describe()}"
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_torch_ops(np_):
     run = run_workers(np_, "torch_ops_worker.py", *FAMILIES, timeout=240)
-    assert_all_ranks_passed(run, np_)
+    assert_all_ranks_passed(run, np_, min_cases=101)
 
 
 def test_import_collectives_does_not_import_torch():
