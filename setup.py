@@ -99,6 +99,7 @@ engine = Extension(
 setup(
     ext_modules=[engine],
     cmdclass={"build_ext": BuildEngine},
-    packages=["collectives", "collectives.torch", "collectives.adapters", "collectives.adapters.torch"],
+    packages=["collectives", "collectives.launcher", "collectives.torch", "collectives.adapters",
+              "collectives.adapters.torch"],
     package_dir={"collectives": "collectives", "collectives.adapters": "adapters"},
 )

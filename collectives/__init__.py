@@ -39,6 +39,7 @@ from .errors import (
 )
 from .handles import Handle, poll, synchronize
 from .objects import allgather_object, broadcast_object
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .ops import (
     allgather,
     allgather_async,
@@ -54,11 +55,14 @@ from .ops import (
     broadcast_async,
     broadcast_async_,
     grouped_allgather,
+    grouped_allgather_async,
     grouped_allreduce,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
     grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
     reducescatter,
     reducescatter_async,
 )

@@ -13,11 +13,23 @@ _atexit_registered = False
 _owner_pid = None  # a forked child inherits the engine object but not its thread
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Start the engine on a duplicate of ``comm`` (an mpi4py communicator; COMM_WORLD if None).
 
+    ``process_sets``: ProcessSets (or rank lists) to register at once, on every rank, as
+    Horovod's ``init(process_sets=[...])``; "dynamic" (Horovod's switch for adding sets
+    later) is accepted: sets can always be added and removed after init here.
     Calling it again while initialized does nothing, as in Horovod.
     """
+    _start_engine(comm)
+    if process_sets and process_sets != "dynamic":
+        from .process_sets import add_process_set
+
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def _start_engine(comm):
     global _engine, _atexit_registered, _owner_pid
     with _lock:
         if _engine is not None and _engine.running:
@@ -50,6 +62,10 @@ def shutdown():
         engine, _engine = _engine, None
     if engine is not None and os.getpid() == _owner_pid:
         engine.shutdown()
+    if engine is not None:
+        from .process_sets import forget_all
+
+        forget_all()
 
 
 def is_initialized():

@@ -27,6 +27,9 @@ class OpType(enum.IntEnum):
     ALLTOALL = 3
     REDUCESCATTER = 4
     BARRIER = 5
+    JOIN = 6
+    PROCESS_SET_ADD = 7
+    PROCESS_SET_REMOVE = 8
 
 
 class DataType(enum.IntEnum):

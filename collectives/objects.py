@@ -5,32 +5,34 @@ import numpy as np
 
 from . import basics
 from .ops import _auto_name, allgather, broadcast
+from .process_sets import global_process_set
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Return root_rank's ``obj`` on every rank (pickled; the root gets its own object back)."""
-    name = name or _auto_name("broadcast_object")
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Return root_rank's ``obj`` on every rank of ``process_set`` (pickled; the root gets its
+    own object back)."""
+    name = name or _auto_name("broadcast_object", process_set)
     if basics.rank() == root_rank:
         payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
         length = np.array([payload.size], dtype=np.int64)
     else:
         payload = None
         length = np.zeros(1, dtype=np.int64)
-    length = broadcast(length, root_rank, name=f"{name}.size")
+    length = broadcast(length, root_rank, name=f"{name}.size", process_set=process_set)
     if payload is None:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    data = broadcast(payload, root_rank, name=f"{name}.data")
+    data = broadcast(payload, root_rank, name=f"{name}.data", process_set=process_set)
     if basics.rank() == root_rank:
         return obj
     return pickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Return the list of every rank's ``obj``, in rank order."""
-    name = name or _auto_name("allgather_object")
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Return the list of every rank's ``obj`` (of ``process_set``), in rank order."""
+    name = name or _auto_name("allgather_object", process_set)
     payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-    lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size")
-    data = allgather(payload, name=f"{name}.data")
+    lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size", process_set=process_set)
+    data = allgather(payload, name=f"{name}.data", process_set=process_set)
     out, offset = [], 0
     for n in lengths.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))

@@ -10,16 +10,19 @@ from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
 from .constants import Average, OpType, ReduceOp
 from .errors import InvalidArgumentError
 from .handles import submit, synchronize
+from .process_sets import global_process_set, process_set_id, set_rank, set_size
 
 _name_lock = threading.Lock()
 _counters = {}
 
 
-def _auto_name(kind):
+def _auto_name(kind, process_set=None):
     # Unnamed calls get "<kind>.noname.<n>": the same on every rank as long as the ranks
-    # make their unnamed calls in the same order (Horovod's contract).
+    # make their unnamed calls in the same order (Horovod's contract). One counter per
+    # process set, so that calls in a set the other ranks are not in do not shift theirs.
+    ps_id = process_set_id(process_set)
     with _name_lock:
-        counter = _counters.setdefault(kind, itertools.count())
+        counter = _counters.setdefault((kind, ps_id), itertools.count())
         return f"{kind}.noname.{next(counter)}"
 
 
@@ -33,10 +36,11 @@ def _reduce_op(op):
 
 
 def _spec(op, name, arr, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
-          group_size=0):
+          group_size=0, process_set=None):
     # The engine takes pointer and shape from the arrays themselves (see csrc/bindings.cc).
-    return (int(op), name, arr, out, int(engine_dtype(arr.dtype)), int(reduce_op), int(root), float(prescale),
-            float(postscale), [int(s) for s in splits], group, int(group_size))
+    dtype = engine_dtype(arr.dtype) if arr is not None else 0
+    return (int(op), name, arr, out, int(dtype), int(reduce_op), int(root), float(prescale),
+            float(postscale), [int(s) for s in splits], group, int(group_size), process_set_id(process_set))
 
 
 def _inplace_target(conv, what):
@@ -54,44 +58,53 @@ def _write_back(conv, out):
 
 # ---------------------------------------------------------------- allreduce
 
-def _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, inplace, group="", group_size=0):
+def _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, inplace, group="", group_size=0,
+                       process_set=None):
     conv = Converted(tensor)
     out = _inplace_target(conv, "allreduce_") if inplace else aligned_empty(conv.array.shape, conv.array.dtype)
     src = out if inplace else conv.array
     spec = _spec(OpType.ALLREDUCE, name, src, out, _reduce_op(op), 0, prescale_factor, postscale_factor,
-                 group=group, group_size=group_size)
+                 group=group, group_size=group_size, process_set=process_set)
     return conv, out, spec
 
 
-def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
     """Start an allreduce; returns a handle for ``poll``/``synchronize``. The input is not modified."""
-    name = name or _auto_name("allreduce")
-    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False)
+    name = name or _auto_name("allreduce", process_set)
+    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False,
+                                         process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
-def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
     """In-place ``allreduce_async``: the result is written into ``tensor``."""
-    name = name or _auto_name("allreduce")
-    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True)
+    name = name or _auto_name("allreduce", process_set)
+    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True,
+                                         process_set=process_set)
     return submit([spec], lambda _: _write_back(conv, out), (conv, out))
 
 
-def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduce ``tensor`` over all ranks (Average by default) and return the result."""
-    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor))
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set):
+    """Reduce ``tensor`` over the ranks of ``process_set`` (Average by default) and return the result.
+    Ranks that called ``join()`` contribute zeros (and still count in the Average)."""
+    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
     """In-place allreduce; returns ``tensor``."""
-    return synchronize(allreduce_async_(tensor, op, name, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace):
+def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
     tensors = list(tensors)
-    group = name or _auto_name("grouped_allreduce")
+    group = name or _auto_name("grouped_allreduce", process_set)
     prepared = [
-        _allreduce_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, inplace, group, len(tensors))
+        _allreduce_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, inplace, group, len(tensors),
+                           process_set)
         for i, t in enumerate(tensors)
     ]
     if inplace:
@@ -101,91 +114,108 @@ def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace
     return submit([spec for _, _, spec in prepared], finish, prepared)
 
 
-def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
     """Allreduce a list of tensors negotiated and executed together (fused where they fit)."""
-    return _grouped_async(tensors, op, name, prescale_factor, postscale_factor, False)
+    return _grouped_async(tensors, op, name, prescale_factor, postscale_factor, False, process_set)
 
 
-def grouped_allreduce_async_(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return _grouped_async(tensors, op, name, prescale_factor, postscale_factor, True)
+def grouped_allreduce_async_(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    return _grouped_async(tensors, op, name, prescale_factor, postscale_factor, True, process_set)
 
 
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor))
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(grouped_allreduce_async_(tensors, op, name, prescale_factor, postscale_factor))
+def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, op, name, prescale_factor, postscale_factor, process_set))
 
 
 # ---------------------------------------------------------------- broadcast
 
-def broadcast_async(tensor, root_rank, name=None):
-    """Start a broadcast of ``tensor`` from ``root_rank``; the input is not modified."""
-    name = name or _auto_name("broadcast")
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start a broadcast of ``tensor`` from ``root_rank`` (a global rank); the input is not modified."""
+    name = name or _auto_name("broadcast", process_set)
     conv = Converted(tensor)
     out = aligned_empty(conv.array.shape, conv.array.dtype)
-    spec = _spec(OpType.BROADCAST, name, conv.array, out, root=root_rank)
+    spec = _spec(OpType.BROADCAST, name, conv.array, out, root=root_rank, process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
-def broadcast_async_(tensor, root_rank, name=None):
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place ``broadcast_async``: non-root ranks receive into ``tensor``."""
-    name = name or _auto_name("broadcast")
+    name = name or _auto_name("broadcast", process_set)
     conv = Converted(tensor)
     out = _inplace_target(conv, "broadcast_")
-    spec = _spec(OpType.BROADCAST, name, out, out, root=root_rank)
+    spec = _spec(OpType.BROADCAST, name, out, out, root=root_rank, process_set=process_set)
     return submit([spec], lambda _: _write_back(conv, out), (conv, out))
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Return root_rank's ``tensor`` on every rank."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Return root_rank's ``tensor`` on every rank of ``process_set``."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def broadcast_(tensor, root_rank, name=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # ---------------------------------------------------------------- allgather
 
-def allgather_async(tensor, name=None):
-    """Start an allgather: concatenation over ranks along the first dimension, which may differ."""
-    name = name or _auto_name("allgather")
+def _allgather_prepare(tensor, name, group="", group_size=0, process_set=None):
     conv = Converted(tensor)
     arr = conv.array if conv.array.ndim > 0 else conv.array.reshape(1)
-    spec = _spec(OpType.ALLGATHER, name, arr, None)
+    spec = _spec(OpType.ALLGATHER, name, arr, None, group=group, group_size=group_size, process_set=process_set)
 
-    def finish(outcomes):
-        _, _, buffer, shape, _ = outcomes[0]
+    def finish(outcome):
+        buffer, shape = outcome[2], outcome[3]
         return conv.wrap(from_engine_buffer(buffer, shape, arr.dtype))
 
-    return submit([spec], finish, (conv, arr))
+    return (conv, arr), spec, finish
 
 
-def allgather(tensor, name=None):
-    return synchronize(allgather_async(tensor, name))
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Start an allgather: concatenation over ranks along the first dimension, which may differ."""
+    name = name or _auto_name("allgather", process_set)
+    keep, spec, finish = _allgather_prepare(tensor, name, process_set=process_set)
+    return submit([spec], lambda outcomes: finish(outcomes[0]), keep)
 
 
-def grouped_allgather(tensors, name=None):
+def allgather(tensor, name=None, process_set=global_process_set):
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Allgather each tensor of a list, negotiated together; the handle resolves to the list."""
+    tensors = list(tensors)
+    group = name or _auto_name("grouped_allgather", process_set)
+    prepared = [_allgather_prepare(t, f"{group}.{i}", group, len(tensors), process_set)
+                for i, t in enumerate(tensors)]
+    finish = lambda outcomes: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
+    return submit([spec for _, spec, _ in prepared], finish, [keep for keep, _, _ in prepared])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgather each tensor of a list; returns the list of results."""
-    base = name or _auto_name("grouped_allgather")
-    handles = [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
-    return [synchronize(h) for h in handles]
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
 # ---------------------------------------------------------------- alltoall
 
-def alltoall_async(tensor, splits=None, name=None):
-    """Start an alltoall: rows ``splits[i]`` of the first dimension go to rank i (equal parts
-    when ``splits`` is None)."""
-    name = name or _auto_name("alltoall")
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Start an alltoall: rows ``splits[i]`` of the first dimension go to the set's i-th rank
+    (equal parts when ``splits`` is None)."""
+    name = name or _auto_name("alltoall", process_set)
     conv = Converted(tensor)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    spec = _spec(OpType.ALLTOALL, name, conv.array, None, splits=split_list)
+    spec = _spec(OpType.ALLTOALL, name, conv.array, None, splits=split_list, process_set=process_set)
 
     def finish(outcomes):
-        _, _, buffer, shape, received = outcomes[0]
+        buffer, shape, received = outcomes[0][2:5]
         output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
         if splits is None:
             return output
@@ -194,43 +224,79 @@ def alltoall_async(tensor, splits=None, name=None):
     return submit([spec], finish, conv)
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Returns the received tensor; with ``splits``, ``(received, received_splits)`` as Horovod."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 # ---------------------------------------------------------------- reducescatter
 
-def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Start a reducescatter: reduce over ranks, rank i keeps the i-th block of rows (the
-    first ``dim0 % size`` ranks get one extra row)."""
-    name = name or _auto_name("reducescatter")
+def _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor, group="", group_size=0,
+                           process_set=None):
     conv = Converted(tensor)
     arr = conv.array
     if arr.ndim == 0:
         raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
-    n, r = basics.size(), basics.rank()
+    n, r = set_size(process_set), set_rank(process_set)
     rows = arr.shape[0] // n + (1 if r < arr.shape[0] % n else 0)
     out = aligned_empty((rows,) + arr.shape[1:], arr.dtype)
-    spec = _spec(OpType.REDUCESCATTER, name, arr, out, _reduce_op(op), 0, prescale_factor, postscale_factor)
+    spec = _spec(OpType.REDUCESCATTER, name, arr, out, _reduce_op(op), 0, prescale_factor, postscale_factor,
+                 group=group, group_size=group_size, process_set=process_set)
+    return conv, out, spec
+
+
+def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=global_process_set):
+    """Start a reducescatter: reduce over the set's ranks, its i-th rank keeps the i-th block
+    of rows (the first ``dim0 % n`` ranks get one extra row)."""
+    name = name or _auto_name("reducescatter", process_set)
+    conv, out, spec = _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor,
+                                             process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor))
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    base = name or _auto_name("grouped_reducescatter")
-    handles = [reducescatter_async(t, op, f"{base}.{i}", prescale_factor, postscale_factor)
-               for i, t in enumerate(tensors)]
-    return [synchronize(h) for h in handles]
+def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=global_process_set):
+    """Reducescatter each tensor of a list, negotiated together; the handle resolves to the list."""
+    tensors = list(tensors)
+    group = name or _auto_name("grouped_reducescatter", process_set)
+    prepared = [_reducescatter_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, group,
+                                       len(tensors), process_set)
+                for i, t in enumerate(tensors)]
+    finish = lambda _: [conv.wrap(out) for conv, out, _ in prepared]  # noqa: E731
+    return submit([spec for _, _, spec in prepared], finish, prepared)
 
 
-# ---------------------------------------------------------------- barrier
+def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
+    return synchronize(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
+                                                   process_set))
 
-def barrier(name=None):
-    """Block until every rank has called barrier."""
-    name = name or _auto_name("barrier")
+
+# ---------------------------------------------------------------- barrier, join, control
+
+def barrier(name=None, process_set=global_process_set):
+    """Block until every rank of ``process_set`` has called barrier."""
+    name = name or _auto_name("barrier", process_set)
     empty = np.empty(0, dtype=np.uint8)
-    synchronize(submit([_spec(OpType.BARRIER, name, empty, None)], lambda _: None, None))
+    spec = _spec(OpType.BARRIER, name, empty, None, process_set=process_set)
+    synchronize(submit([spec], lambda _: None, None))
+
+
+def join(device=-1):
+    """Declare that this rank has no more data (Horovod's ``hvd.join``). Blocks until every
+    rank has joined; meanwhile this rank contributes zeros to the other ranks' allreduces
+    (broadcast, allgather, alltoall and reducescatter fail while a rank is joined). Returns
+    the rank that joined last. ``device`` is accepted for Horovod compatibility."""
+    return control_request(OpType.JOIN, _auto_name("join"))
+
+
+def control_request(op, name, splits=(), root=0):
+    """Submit a control operation (join, process-set changes) and wait; returns its value."""
+    spec = (int(op), name, None, None, 0, 0, int(root), 1.0, 1.0, [int(s) for s in splits], "", 0, 0)
+    return synchronize(submit([spec], lambda outcomes: int(outcomes[0][5]), None))

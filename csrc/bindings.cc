@@ -29,10 +29,10 @@ EngineConfig ConfigFromDict(const py::dict& d) {
 }
 
 // One spec per tensor: (op, name, input, output, dtype, reduce_op, root, prescale, postscale,
-// splits, group, group_size). input/output are C-contiguous numpy arrays (or None): taking
+// splits, group, group_size, process_set). input/output are C-contiguous numpy arrays (or None): taking
 // pointer and shape here costs far less than numpy's ctypes interface in Python.
 Submission SubmissionFromTuple(const py::tuple& t) {
-  if (t.size() != 12) throw py::value_error("engine submission needs 12 fields");
+  if (t.size() != 13) throw py::value_error("engine submission needs 13 fields");
   Submission s;
   Request& q = s.request;
   q.op = static_cast<OpType>(t[0].cast<int32_t>());
@@ -51,12 +51,14 @@ Submission SubmissionFromTuple(const py::tuple& t) {
   q.splits = t[9].cast<std::vector<int64_t>>();
   q.group = t[10].cast<std::string>();
   q.group_size = t[11].cast<int32_t>();
+  q.process_set = t[12].cast<int32_t>();
   return s;
 }
 
 py::tuple ResultTuple(Result&& r) {
   py::object out = r.output ? py::cast(r.output) : py::none();
-  return py::make_tuple(static_cast<int>(r.status.code), r.status.message, out, r.output_shape, r.received_splits);
+  return py::make_tuple(static_cast<int>(r.status.code), r.status.message, out, r.output_shape, r.received_splits,
+                        r.value);
 }
 
 // A numpy array over 64-byte aligned engine memory (TensorFlow requires that alignment of
@@ -126,7 +128,8 @@ PYBIND11_MODULE(_engine, m) {
       .def("poll", &Engine::Poll)
       .def("wait",
            // Blocks without the GIL, then removes the handle and returns
-           // (code, message, engine_output_or_None, output_shape, received_splits).
+           // (code, message, engine_output_or_None, output_shape, received_splits, value); value is
+           // join's last rank to join, or a new process set's id.
            [](Engine& e, int64_t handle) {
              {
                py::gil_scoped_release nogil;

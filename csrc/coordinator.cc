@@ -22,7 +22,8 @@ std::vector<int64_t> Tail(const std::vector<int64_t>& s) {
   return s.empty() ? s : std::vector<int64_t>(s.begin() + 1, s.end());
 }
 
-// Finds the first rank whose value differs from rank 0's and describes the mismatch.
+// Finds the first request whose value differs from the first one's and describes the mismatch
+// (requests are in member order; each carries its global rank).
 template <typename F, typename Fmt>
 bool FindMismatch(const std::vector<Request>& reqs, F key, Fmt fmt, const std::string& what,
                   const std::string& name, std::string* error) {
@@ -30,7 +31,8 @@ bool FindMismatch(const std::vector<Request>& reqs, F key, Fmt fmt, const std::s
     if (!(key(reqs[r]) == key(reqs[0]))) {
       std::ostringstream os;
       os << "Mismatched " << OpTypeName(reqs[0].op) << " " << what << " for tensor '" << name
-         << "': rank 0 has " << fmt(reqs[0]) << ", rank " << r << " has " << fmt(reqs[r]) << ".";
+         << "': rank " << reqs[0].rank << " has " << fmt(reqs[0]) << ", rank " << reqs[r].rank << " has "
+         << fmt(reqs[r]) << ".";
       *error = os.str();
       return true;
     }
@@ -41,13 +43,61 @@ bool FindMismatch(const std::vector<Request>& reqs, F key, Fmt fmt, const std::s
 }  // namespace
 
 Coordinator::Coordinator(int size, double stall_check_s, double stall_shutdown_s)
-    : size_(size), stall_check_(Seconds(stall_check_s)), stall_shutdown_(Seconds(stall_shutdown_s)) {}
+    : size_(size), stall_check_(Seconds(stall_check_s)), stall_shutdown_(Seconds(stall_shutdown_s)) {
+  joined_.assign(static_cast<size_t>(size), false);
+  for (int r = 0; r < size; ++r) all_ranks_.push_back(r);
+}
+
+void Coordinator::AddProcessSet(int32_t id, const std::vector<int>& ranks) { sets_[id] = ranks; }
+
+void Coordinator::RemoveProcessSet(int32_t id) { sets_.erase(id); }
+
+const std::vector<int>* Coordinator::Members(int32_t process_set) const {
+  if (process_set == 0) return &all_ranks_;
+  auto it = sets_.find(process_set);
+  return it == sets_.end() ? nullptr : &it->second;
+}
+
+bool Coordinator::Ready(const Entry& e) const {
+  const std::vector<int>* members = Members(e.process_set);
+  if (!members) return true;  // an unknown set: fail the request now rather than wait
+  for (int m : *members)
+    if (!e.have[static_cast<size_t>(m)] && !joined_[static_cast<size_t>(m)]) return false;
+  return true;
+}
+
+void Coordinator::Complete(const std::string& name) {
+  auto it = table_.find(name);
+  Response resp = Validate(it->first, it->second);
+  table_.erase(it);
+  Emit(std::move(resp));
+}
+
+void Coordinator::OnJoin(const Request& q, Clock::time_point now) {
+  const size_t r = static_cast<size_t>(q.rank);
+  if (r >= joined_.size() || joined_[r]) return;
+  if (joined_count_ == 0) {
+    first_join_ = now;
+    join_warned_ = now;
+  }
+  joined_[r] = true;
+  ++joined_count_;
+  last_joined_ = q.rank;
+  join_name_ = q.name;
+}
 
 void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
+  bool joins = false;
   for (Request& q : reqs) {
+    if (q.op == OpType::JOIN) {
+      OnJoin(q, now);
+      joins = true;
+      continue;
+    }
     auto it = table_.find(q.name);
     if (it == table_.end()) {
       Entry e;
+      e.process_set = q.process_set;
       e.by_rank.resize(static_cast<size_t>(size_));
       e.have.assign(static_cast<size_t>(size_), false);
       e.first_seen = now;
@@ -60,11 +110,25 @@ void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
     if (r >= e.have.size() || e.have[r]) continue;  // cannot happen: names are unique in flight
     e.have[r] = true;
     e.by_rank[r] = std::move(q);
-    if (++e.count == size_) {
-      Response resp = Validate(it->first, e);
-      table_.erase(it);
-      Emit(std::move(resp));
-    }
+    ++e.count;
+    if (Ready(e)) Complete(it->first);
+  }
+  if (!joins) return;
+  // A join can make waiting names ready: the joined ranks no longer need to submit them.
+  std::vector<std::string> names;
+  for (const auto& kv : table_)
+    if (Ready(kv.second)) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) Complete(name);
+  if (joined_count_ == size_) {
+    Response done;
+    done.name = join_name_;
+    done.op = OpType::JOIN;
+    done.root = last_joined_;  // join() returns the last rank to join
+    Emit(std::move(done));
+    joined_.assign(static_cast<size_t>(size_), false);
+    joined_count_ = 0;
+    last_joined_ = -1;
   }
 }
 
@@ -95,10 +159,28 @@ std::vector<Response> Coordinator::TakeReady() {
 }
 
 Response Coordinator::Validate(const std::string& name, const Entry& e) const {
-  const std::vector<Request>& q = e.by_rank;
-  const Request& first = q[0];
   Response resp;
   resp.name = name;
+  resp.process_set = e.process_set;
+  const std::vector<int>* members = Members(e.process_set);
+  // The submitted requests in member order, and the members that joined instead.
+  std::vector<Request> q;
+  std::vector<int> joined;
+  for (int m : members ? *members : all_ranks_) {
+    if (e.have[static_cast<size_t>(m)])
+      q.push_back(e.by_rank[static_cast<size_t>(m)]);
+    else
+      joined.push_back(m);
+  }
+  if (q.empty()) {  // only a non-member submitted: the engine refuses those at enqueue
+    for (size_t r = 0; r < e.have.size(); ++r)
+      if (e.have[r]) q.push_back(e.by_rank[r]);
+    resp.op = q[0].op;
+    resp.error = "tensor '" + name + "' was submitted by rank " + std::to_string(q[0].rank) +
+                 ", which is not a member of process set " + std::to_string(e.process_set);
+    return resp;
+  }
+  const Request& first = q[0];
   resp.op = first.op;
   resp.dtype = first.dtype;
   resp.reduce_op = first.reduce_op;
@@ -108,6 +190,13 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
   resp.device = first.device;
   resp.group = first.group;
   resp.group_size = first.group_size;
+  resp.shape = first.shape;
+  if (!members) {
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + name + "': process set " +
+                 std::to_string(e.process_set) + " does not exist (was it removed?)";
+    return resp;
+  }
+  const int n = static_cast<int>(members->size());
 
   std::string err;
   auto op_name = [](const Request& r) { return std::string(OpTypeName(r.op)); };
@@ -121,6 +210,11 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
       FindMismatch(q, [](const Request& r) { return r.device; }, device, "devices", name, &err) ||
       FindMismatch(q, [](const Request& r) { return std::make_pair(r.group, r.group_size); }, group, "groups", name, &err)) {
     resp.error = err;
+    return resp;
+  }
+  if (!joined.empty() && first.op != OpType::ALLREDUCE) {
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + name + "' cannot run: ranks " + RankList(joined) +
+                 " have already called join(); after a join only allreduce continues (joined ranks contribute zeros).";
     return resp;
   }
   switch (first.op) {
@@ -139,6 +233,9 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
           FindMismatch(q, [](const Request& r) { return r.root; },
                        [](const Request& r) { return "root " + std::to_string(r.root); }, "root ranks", name, &err))
         resp.error = err;
+      else if (std::find(members->begin(), members->end(), first.root) == members->end())
+        resp.error = "BROADCAST of tensor '" + name + "': root rank " + std::to_string(first.root) +
+                     " is not a member of process set " + std::to_string(e.process_set) + " " + RankList(*members) + ".";
       break;
     case OpType::ALLGATHER:
     case OpType::ALLTOALL:
@@ -153,16 +250,29 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
         for (const Request& r : q) resp.rank_dim0.push_back(r.shape.empty() ? 1 : r.shape[0]);
       } else {
         for (const Request& r : q) {
-          if (static_cast<int>(r.splits.size()) != size_) {
+          if (static_cast<int>(r.splits.size()) != n) {
             resp.error = "ALLTOALL tensor '" + name + "': rank " + std::to_string(r.rank) + " gave " +
-                         std::to_string(r.splits.size()) + " splits for " + std::to_string(size_) + " ranks.";
+                         std::to_string(r.splits.size()) + " splits for " + std::to_string(n) + " ranks.";
             break;
           }
           resp.split_matrix.insert(resp.split_matrix.end(), r.splits.begin(), r.splits.end());
         }
       }
       break;
+    case OpType::PROCESS_SET_ADD:
+      if (FindMismatch(q, [](const Request& r) { return r.splits; },
+                       [](const Request& r) { return "ranks " + ShapeString(r.splits); }, "process set members", name, &err))
+        resp.error = err;
+      else
+        resp.split_matrix = first.splits;
+      break;
+    case OpType::PROCESS_SET_REMOVE:
+      if (FindMismatch(q, [](const Request& r) { return r.root; },
+                       [](const Request& r) { return "process set " + std::to_string(r.root); }, "process sets", name, &err))
+        resp.error = err;
+      break;
     case OpType::BARRIER:
+    case OpType::JOIN:
       break;
   }
   return resp;
@@ -175,7 +285,7 @@ bool Coordinator::StallCheckDue(Clock::time_point now) const {
     if (warn && now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) return true;
     if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) return true;
   }
-  return false;
+  return warn && joined_count_ > 0 && now - join_warned_ >= stall_check_;
 }
 
 void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* warnings, bool* shutdown,
@@ -189,11 +299,12 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
     const double waited = std::chrono::duration<double>(now - e.first_seen).count();
     std::vector<int> have, missing;
     OpType op = OpType::ALLREDUCE;
-    for (int r = 0; r < size_; ++r) {
+    const std::vector<int>* members = Members(e.process_set);
+    for (int r : members ? *members : all_ranks_) {
       if (e.have[static_cast<size_t>(r)]) {
         have.push_back(r);
         op = e.by_rank[static_cast<size_t>(r)].op;
-      } else {
+      } else if (!joined_[static_cast<size_t>(r)]) {
         missing.push_back(r);
       }
     }
@@ -210,6 +321,16 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
       e.last_warned = now;
       warnings->push_back(os.str());
     }
+  }
+  // Ranks that joined wait (by design) for the others; say so now and then, no shutdown.
+  if (warn && joined_count_ > 0 && now - join_warned_ >= stall_check_) {
+    join_warned_ = now;
+    std::vector<int> in, out;
+    for (int r = 0; r < size_; ++r) (joined_[static_cast<size_t>(r)] ? in : out).push_back(r);
+    std::ostringstream os;
+    os << "join(): ranks " << RankList(in) << " have joined and are waiting for ranks " << RankList(out) << " for "
+       << static_cast<int64_t>(std::chrono::duration<double>(now - first_join_).count()) << " s.";
+    warnings->push_back(os.str());
   }
 }
 

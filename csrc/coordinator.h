@@ -1,7 +1,10 @@
 // Rank 0's view of negotiation: which ranks have submitted which names, validation that
-// they agree, the order in which ready tensors are executed, and stall detection.
+// they agree, the order in which ready tensors are executed, and stall detection. It also
+// tracks joined ranks (a name is ready once every member that has not joined submitted it)
+// and the members of each process set.
 #pragma once
 #include <chrono>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +18,10 @@ using Clock = std::chrono::steady_clock;
 class Coordinator {
  public:
   Coordinator(int size, double stall_check_s, double stall_shutdown_s);
+
+  // Membership of process sets other than 0 (the whole job), kept in step with the engine.
+  void AddProcessSet(int32_t id, const std::vector<int>& ranks);
+  void RemoveProcessSet(int32_t id);
 
   // Requests received from the ranks this cycle.
   void Add(std::vector<Request>&& reqs, Clock::time_point now);
@@ -34,6 +41,7 @@ class Coordinator {
 
  private:
   struct Entry {
+    int32_t process_set = 0;
     std::vector<Request> by_rank;
     std::vector<bool> have;
     int count = 0;
@@ -46,10 +54,24 @@ class Coordinator {
     std::string first_error;
   };
 
+  // Global ranks of a process set; nullptr for an unknown set.
+  const std::vector<int>* Members(int32_t process_set) const;
+  bool Ready(const Entry& e) const;
+  void Complete(const std::string& name);
+  void OnJoin(const Request& q, Clock::time_point now);
   Response Validate(const std::string& name, const Entry& e) const;
   void Emit(Response&& r);
 
   int size_;
+  std::vector<int> all_ranks_;
+  std::map<int32_t, std::vector<int>> sets_;
+  // Join: ranks that called join() since the last completed join.
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+  std::string join_name_;
+  Clock::time_point first_join_;
+  Clock::time_point join_warned_;
   Clock::duration stall_check_;
   Clock::duration stall_shutdown_;
   std::unordered_map<std::string, Entry> table_;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -42,13 +43,35 @@ std::string JoinNames(const std::vector<Submission>& subs) {
   return os.str();
 }
 
-// Local checks, made at enqueue time on the caller's thread.
-Status ValidateSubmission(Submission& s, int size) {
+Status ValidateControl(const Request& q, int job_size, const std::string& where) {
+  if (q.process_set != 0)
+    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " involves every rank" + where);
+  if (q.op == OpType::PROCESS_SET_ADD) {
+    if (q.splits.empty()) return Status::Error(StatusCode::INVALID_ARGUMENT, "a process set needs at least one rank");
+    for (size_t i = 0; i < q.splits.size(); ++i) {
+      if (q.splits[i] < 0 || q.splits[i] >= job_size)
+        return Status::Error(StatusCode::INVALID_ARGUMENT, "process set rank " + std::to_string(q.splits[i]) +
+                                                               " is out of range for " + std::to_string(job_size) + " ranks");
+      if (i && q.splits[i] <= q.splits[i - 1])
+        return Status::Error(StatusCode::INVALID_ARGUMENT, "process set ranks must be distinct and ascending: " +
+                                                               ShapeString(q.splits));
+    }
+  }
+  if (q.op == OpType::PROCESS_SET_REMOVE && q.root <= 0)
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "the global process set (id 0) cannot be removed");
+  return Status::Ok();
+}
+
+// Local checks, made at enqueue time on the caller's thread. `members`: the global ranks
+// of the request's process set.
+Status ValidateSubmission(Submission& s, const std::vector<int>& members, int job_size) {
   Request& q = s.request;
   const std::string where = " (tensor '" + q.name + "')";
+  const int size = static_cast<int>(members.size());
   if (q.name.empty()) return Status::Error(StatusCode::INVALID_ARGUMENT, "a request needs a non-empty name");
   if (!IsValidOpType(static_cast<int32_t>(q.op)))
     return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown operation" + where);
+  if (!IsDataOp(q.op)) return ValidateControl(q, job_size, where);
   if (!IsValidDataType(static_cast<int32_t>(q.dtype)))
     return Status::Error(StatusCode::UNSUPPORTED_TYPE, "unsupported data type" + where);
   for (int64_t d : q.shape)
@@ -65,10 +88,14 @@ Status ValidateSubmission(Submission& s, int size) {
     if (q.dtype == DataType::BOOL && (q.prescale != 1.0 || q.postscale != 1.0))
       return Status::Error(StatusCode::UNSUPPORTED_TYPE, "bool tensors cannot be scaled" + where);
   }
-  if (q.op == OpType::BROADCAST && (q.root < 0 || q.root >= size))
+  if (q.op == OpType::BROADCAST && (q.root < 0 || q.root >= job_size))
     return Status::Error(StatusCode::INVALID_ARGUMENT,
-                         "root rank " + std::to_string(q.root) + " is out of range for " + std::to_string(size) +
+                         "root rank " + std::to_string(q.root) + " is out of range for " + std::to_string(job_size) +
                              " ranks" + where);
+  if (q.op == OpType::BROADCAST && std::find(members.begin(), members.end(), q.root) == members.end())
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "root rank " + std::to_string(q.root) +
+                                                           " is not a member of process set " +
+                                                           std::to_string(q.process_set) + where);
   if ((q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::REDUCESCATTER) && q.shape.empty())
     return Status::Error(StatusCode::INVALID_ARGUMENT,
                          std::string(OpTypeName(q.op)) + " needs a tensor with at least one dimension" + where);
@@ -226,8 +253,17 @@ Status Engine::Setup(MPI_Comm comm) {
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
   spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
-  Status st = backend_.Init(comm_);
+  Status st = backend_.Init();
   if (!st.ok()) return st;
+  ProcessSet everyone;
+  everyone.comm = comm_;
+  everyone.set_rank = rank_;
+  for (int r = 0; r < size_; ++r) everyone.ranks.push_back(r);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ranks_[0] = everyone.ranks;
+  }
+  sets_.emplace(0, std::move(everyone));
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, config_.stall_check_s, config_.stall_shutdown_s));
   if (rank_ == 0 && !config_.timeline_path.empty()) {
@@ -265,6 +301,9 @@ void Engine::Teardown() {
   for (auto& s : wake_sends_) MPI_Wait(&s.second, MPI_STATUS_IGNORE);
   wake_sends_.clear();
   backend_.Finalize();
+  for (auto& kv : sets_)
+    if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
+  sets_.clear();
   MPI_Comm_free(&cross_comm_);
   MPI_Comm_free(&local_comm_);
   MPI_Comm_free(&comm_);
@@ -358,13 +397,28 @@ void Engine::SendWake() {
 }
 
 Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles) {
-  for (Submission& s : subs) {
-    Status st = ValidateSubmission(s, size_);
-    if (!st.ok()) return st;
-  }
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (!running_ || shutdown_requested_) return stopped_status_;
+  for (Submission& s : subs) {
+    Request& q = s.request;
+    auto set = set_ranks_.find(q.process_set);
+    if (set == set_ranks_.end())
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "process set " + std::to_string(q.process_set) +
+                                                             " does not exist (tensor '" + q.name + "')");
+    if (std::find(set->second.begin(), set->second.end(), rank_) == set->second.end())
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(rank_) +
+                                                             " is not a member of process set " +
+                                                             std::to_string(q.process_set) + " (tensor '" + q.name + "')");
+    Status st = ValidateSubmission(s, set->second, size_);
+    if (!st.ok()) return st;
+    // Names are per process set: the same name may be in flight in two sets at once.
+    if (q.process_set != 0) {
+      const std::string suffix = " [process set " + std::to_string(q.process_set) + "]";
+      q.name += suffix;
+      if (!q.group.empty()) q.group += suffix;
+    }
+  }
   std::unordered_set<std::string> batch;
   for (const Submission& s : subs) {
     const std::string& name = s.request.name;

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "coordinator.h"
 #include "message.h"
 #include "mpi_backend.h"
+#include "process_set.h"
 #include "response_cache.h"
 #include "status.h"
 #include "timeline.h"
@@ -70,6 +72,7 @@ struct Result {
   std::shared_ptr<HostBuffer> output;  // engine-allocated output, if any
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;  // alltoall
+  int64_t value = 0;  // join: the last rank to join; process-set creation: the new set's id
 };
 
 class Engine {
@@ -130,16 +133,22 @@ class Engine {
   void EvictBits(const std::vector<int>& bits);
   Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
 
+  void MarkForeignBits(uint64_t* ready) const;
+
   // execution.cc
   void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
-  Status ExecuteFused(const std::vector<const Response*>& group, const std::vector<Pending*>& members);
-  Status ExecuteOne(const Response& resp, Pending& p, Result* result);
-  Status Allreduce(const Response& resp, const void* input, void* output, int64_t count);
-  void PostReduce(const Response& resp, void* buf, int64_t count);
-  std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses,
-                                              const std::vector<Pending*>& entries) const;
+  // entries[i] is null on a joined rank, which contributes zeros.
+  Status ExecuteFused(const ProcessSet& ps, const std::vector<const Response*>& group,
+                      const std::vector<Pending*>& entries);
+  Status ExecuteOne(const ProcessSet& ps, const Response& resp, Pending& p, Result* result);
+  Status ExecuteJoinedAllreduce(const ProcessSet& ps, const Response& resp);
+  Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans);
+  Status Allreduce(const ProcessSet& ps, const Response& resp, const void* input, void* output, int64_t count);
+  void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
+  std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses) const;
   void* FusionBuffer(int64_t bytes);
   void Finish(Pending& p, Result&& result);
+  const ProcessSet* FindSet(int32_t id) const;
 
   EngineConfig config_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
@@ -163,6 +172,8 @@ class Engine {
   std::condition_variable work_cv_;
   std::vector<Pending> incoming_;
   std::unordered_set<std::string> in_flight_;
+  // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
+  std::unordered_map<int32_t, std::vector<int>> set_ranks_;
   bool shutdown_requested_ = false;
   Status stopped_status_;  // why the engine stopped, for requests made afterwards
   int64_t next_handle_ = 1;
@@ -177,6 +188,10 @@ class Engine {
   std::unordered_map<int64_t, HandleState> handles_;
 
   // Engine-thread state.
+  std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
+  int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
+  bool joined_ = false;                 // this rank called join() and it has not completed
+  bool join_mode_ = false;              // some rank has joined: negotiate through the coordinator
   std::unordered_map<std::string, Pending> pending_;
   std::vector<std::string> to_report_;
   std::unique_ptr<ResponseCache> cache_;

@@ -1,5 +1,8 @@
 // Running negotiated responses on the MPI backend: fusion of compatible allreduces into one
-// buffer, the other collectives one by one, scaling, and completing handles.
+// buffer, the other collectives one by one, scaling, control operations (join, process
+// sets), and completing handles. Every rank walks the same response list; a rank runs the
+// responses of the process sets it belongs to, and a joined rank contributes zeros to
+// allreduces it did not submit.
 #include <cstring>
 
 #include "buffer_math.h"
@@ -9,7 +12,7 @@
 namespace collectives {
 namespace {
 
-int64_t Bytes(const Request& q) { return NumElements(q.shape) * DataTypeSize(q.dtype); }
+int64_t Bytes(const Response& r) { return NumElements(r.shape) * DataTypeSize(r.dtype); }
 
 bool Fusable(const Response& r) { return r.op == OpType::ALLREDUCE && r.error.empty(); }
 
@@ -21,7 +24,7 @@ constexpr int64_t kMaxFusedTensorBytes = 64 * 1024;
 
 bool SameFusionKey(const Response& a, const Response& b) {
   return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
-         a.postscale == b.postscale && a.device == b.device;
+         a.postscale == b.postscale && a.device == b.device && a.process_set == b.process_set;
 }
 
 std::string BackendEvent(OpType op) {
@@ -32,8 +35,8 @@ std::string BackendEvent(OpType op) {
     case OpType::ALLTOALL: return "MPI_ALLTOALL";
     case OpType::REDUCESCATTER: return "MPI_REDUCESCATTER";
     case OpType::BARRIER: return "BARRIER";
+    default: return "CONTROL";
   }
-  return "MPI";
 }
 
 std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
@@ -42,7 +45,31 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   return displs;
 }
 
+// What a rank that never submitted a cached response stores for it (a joined rank, or one
+// outside the process set): enough for the cache to stay identical on every rank.
+Request RequestFromResponse(const Response& r) {
+  Request q;
+  q.name = r.name;
+  q.op = r.op;
+  q.dtype = r.dtype;
+  q.reduce_op = r.reduce_op;
+  q.root = r.root;
+  q.prescale = r.prescale;
+  q.postscale = r.postscale;
+  q.shape = r.shape;
+  q.device = r.device;
+  q.group = r.group;
+  q.group_size = r.group_size;
+  q.process_set = r.process_set;
+  return q;
+}
+
 }  // namespace
+
+const ProcessSet* Engine::FindSet(int32_t id) const {
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : &it->second;
+}
 
 void* Engine::FusionBuffer(int64_t bytes) {
   if (!fusion_ || fusion_->size() < bytes) {
@@ -55,22 +82,22 @@ void* Engine::FusionBuffer(int64_t bytes) {
   return fusion_->data();
 }
 
-std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>& responses,
-                                                    const std::vector<Pending*>& entries) const {
+std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>& responses) const {
   // Greedy, in execution order: each unassigned allreduce collects later compatible ones
-  // while the total stays within the fusion threshold. Deterministic, so the same on every rank.
+  // while the total stays within the fusion threshold. It reads only the responses, which
+  // every rank has, so the plan is the same on every rank (joined and non-member ones too).
   std::vector<std::vector<size_t>> plan;
   std::vector<bool> assigned(responses.size(), false);
   for (size_t i = 0; i < responses.size(); ++i) {
     if (assigned[i]) continue;
     assigned[i] = true;
     plan.push_back({i});
-    if (!Fusable(responses[i]) || !entries[i]) continue;
-    int64_t bytes = Bytes(entries[i]->request);
+    if (!Fusable(responses[i])) continue;
+    int64_t bytes = Bytes(responses[i]);
     if (bytes > kMaxFusedTensorBytes) continue;
     for (size_t j = i + 1; j < responses.size(); ++j) {
-      if (assigned[j] || !entries[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
-      const int64_t b = Bytes(entries[j]->request);
+      if (assigned[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
+      const int64_t b = Bytes(responses[j]);
       if (b > kMaxFusedTensorBytes || bytes + b > config_.fusion_threshold) continue;
       bytes += b;
       assigned[j] = true;
@@ -80,62 +107,83 @@ std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>&
   return plan;
 }
 
-void Engine::PostReduce(const Response& r, void* buf, int64_t n) {
+void Engine::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
+  // Average divides by the set's size, joined ranks included (they contributed zeros).
   if (r.reduce_op == ReduceOp::AVERAGE) {
     if (IsFloat(r.dtype)) {
-      ScaleBuffer(buf, n, r.dtype, r.postscale / size_);
+      ScaleBuffer(buf, n, r.dtype, r.postscale / ps.size());
       return;
     }
-    DivideIntegers(buf, n, r.dtype, size_);
+    DivideIntegers(buf, n, r.dtype, ps.size());
   }
   ScaleBuffer(buf, n, r.dtype, r.postscale);
 }
 
-Status Engine::Allreduce(const Response& r, const void* input, void* output, int64_t n) {
+Status Engine::Allreduce(const ProcessSet& ps, const Response& r, const void* input, void* output, int64_t n) {
   if (n == 0) return Status::Ok();
   if (r.prescale != 1.0) {
     ScaledCopy(output, input, n, r.dtype, r.prescale);
     input = output;
   }
-  Status st = backend_.Allreduce(input, output, n, r.dtype, r.reduce_op);
-  if (st.ok()) PostReduce(r, output, n);
+  Status st = backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
+  if (st.ok()) PostReduce(ps, r, output, n);
   return st;
 }
 
-Status Engine::ExecuteFused(const std::vector<const Response*>& group, const std::vector<Pending*>& members) {
+Status Engine::ExecuteJoinedAllreduce(const ProcessSet& ps, const Response& r) {
+  const int64_t n = NumElements(r.shape);
+  if (n == 0) return Status::Ok();
+  HostBuffer zeros(n * DataTypeSize(r.dtype));
+  std::memset(zeros.data(), 0, static_cast<size_t>(zeros.size()));
+  return backend_.Allreduce(ps.comm, zeros.data(), zeros.data(), n, r.dtype, r.reduce_op);
+}
+
+Status Engine::ExecuteFused(const ProcessSet& ps, const std::vector<const Response*>& group,
+                            const std::vector<Pending*>& entries) {
   const Response& first = *group[0];
   const int64_t esize = DataTypeSize(first.dtype);
   int64_t total = 0;
-  for (Pending* p : members) total += Bytes(p->request);
+  for (const Response* r : group) total += Bytes(*r);
   char* buf = static_cast<char*>(FusionBuffer(total));
   const bool tl = timeline_.active();
+  auto phase = [&](const char* name) {
+    if (tl)
+      for (Pending* p : entries)
+        if (p) timeline_.Begin(p->request.name, name);
+  };
+  auto end_phase = [&] {
+    if (tl)
+      for (Pending* p : entries)
+        if (p) timeline_.End(p->request.name);
+  };
 
-  if (tl) for (Pending* p : members) timeline_.Begin(p->request.name, "MEMCPY_IN_FUSION_BUFFER");
+  phase("MEMCPY_IN_FUSION_BUFFER");
   int64_t off = 0;
-  for (Pending* p : members) {
-    const int64_t b = Bytes(p->request);
-    if (b) std::memcpy(buf + off, p->input, static_cast<size_t>(b));
+  for (size_t k = 0; k < group.size(); ++k) {
+    const int64_t b = Bytes(*group[k]);
+    if (b && entries[k]) std::memcpy(buf + off, entries[k]->input, static_cast<size_t>(b));
+    if (b && !entries[k]) std::memset(buf + off, 0, static_cast<size_t>(b));  // joined: zeros
     off += b;
   }
-  if (tl) for (Pending* p : members) timeline_.End(p->request.name);
+  end_phase();
 
-  if (tl) for (Pending* p : members) timeline_.Begin(p->request.name, "MPI_ALLREDUCE");
-  Status st = Allreduce(first, buf, buf, total / esize);
-  if (tl) for (Pending* p : members) timeline_.End(p->request.name);
+  phase("MPI_ALLREDUCE");
+  Status st = Allreduce(ps, first, buf, buf, total / esize);
+  end_phase();
   if (!st.ok()) return st;
 
-  if (tl) for (Pending* p : members) timeline_.Begin(p->request.name, "MEMCPY_OUT_FUSION_BUFFER");
+  phase("MEMCPY_OUT_FUSION_BUFFER");
   off = 0;
-  for (Pending* p : members) {
-    const int64_t b = Bytes(p->request);
-    if (b) std::memcpy(p->output, buf + off, static_cast<size_t>(b));
+  for (size_t k = 0; k < group.size(); ++k) {
+    const int64_t b = Bytes(*group[k]);
+    if (b && entries[k]) std::memcpy(entries[k]->output, buf + off, static_cast<size_t>(b));
     off += b;
   }
-  if (tl) for (Pending* p : members) timeline_.End(p->request.name);
+  end_phase();
   return Status::Ok();
 }
 
-Status Engine::ExecuteOne(const Response& r, Pending& p, Result* result) {
+Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, Result* result) {
   const Request& q = p.request;
   const int64_t esize = DataTypeSize(q.dtype);
   const int64_t n = NumElements(q.shape);
@@ -146,11 +194,12 @@ Status Engine::ExecuteOne(const Response& r, Pending& p, Result* result) {
   Status st;
   switch (r.op) {
     case OpType::ALLREDUCE:
-      st = Allreduce(r, p.input, p.output, n);
+      st = Allreduce(ps, r, p.input, p.output, n);
       break;
     case OpType::BROADCAST:
+      // The root is a global rank (Horovod's convention); MPI wants its place in the set.
       if (rank_ == r.root && p.input != p.output && n) std::memcpy(p.output, p.input, static_cast<size_t>(n * esize));
-      st = backend_.Broadcast(p.output, n * esize, r.root);
+      st = backend_.Broadcast(ps.comm, p.output, n * esize, ps.IndexOf(r.root));
       break;
     case OpType::ALLGATHER: {
       std::vector<int64_t> counts;
@@ -162,15 +211,16 @@ Status Engine::ExecuteOne(const Response& r, Pending& p, Result* result) {
       result->output = std::make_shared<HostBuffer>(rows * row_bytes);
       result->output_shape = q.shape;
       result->output_shape[0] = rows;
-      st = backend_.Allgatherv(p.input, n * esize, result->output->data(), counts, Prefix(counts));
+      st = backend_.Allgatherv(ps.comm, p.input, n * esize, result->output->data(), counts, Prefix(counts));
       break;
     }
     case OpType::ALLTOALL: {
       std::vector<int64_t> send_counts, recv_counts;
       int64_t rows = 0;
-      for (int peer = 0; peer < size_; ++peer) {
-        send_counts.push_back(r.split_matrix[static_cast<size_t>(rank_ * size_ + peer)] * row_bytes);
-        const int64_t recv_rows = r.split_matrix[static_cast<size_t>(peer * size_ + rank_)];
+      const int n_set = ps.size(), me = ps.set_rank;
+      for (int peer = 0; peer < n_set; ++peer) {
+        send_counts.push_back(r.split_matrix[static_cast<size_t>(me * n_set + peer)] * row_bytes);
+        const int64_t recv_rows = r.split_matrix[static_cast<size_t>(peer * n_set + me)];
         recv_counts.push_back(recv_rows * row_bytes);
         result->received_splits.push_back(recv_rows);
         rows += recv_rows;
@@ -178,17 +228,18 @@ Status Engine::ExecuteOne(const Response& r, Pending& p, Result* result) {
       result->output = std::make_shared<HostBuffer>(rows * row_bytes);
       result->output_shape = q.shape;
       result->output_shape[0] = rows;
-      st = backend_.Alltoallv(p.input, send_counts, Prefix(send_counts), result->output->data(), recv_counts,
+      st = backend_.Alltoallv(ps.comm, p.input, send_counts, Prefix(send_counts), result->output->data(), recv_counts,
                               Prefix(recv_counts));
       break;
     }
     case OpType::REDUCESCATTER: {
-      // The first dim0 % size ranks get one extra row.
+      // The first dim0 % n members get one extra row.
       const int64_t dim0 = q.shape[0];
+      const int n_set = ps.size();
       std::vector<int64_t> counts;
       int64_t total = 0;
-      for (int peer = 0; peer < size_; ++peer) {
-        counts.push_back((dim0 / size_ + (peer < dim0 % size_ ? 1 : 0)) * row_elems);
+      for (int peer = 0; peer < n_set; ++peer) {
+        counts.push_back((dim0 / n_set + (peer < dim0 % n_set ? 1 : 0)) * row_elems);
         total += counts.back();
       }
       if (total == 0) break;
@@ -198,12 +249,14 @@ Status Engine::ExecuteOne(const Response& r, Pending& p, Result* result) {
         ScaledCopy(tmp, p.input, n, q.dtype, r.prescale);
         send = tmp;
       }
-      st = backend_.ReduceScatter(send, p.output, counts, q.dtype, r.reduce_op);
-      if (st.ok()) PostReduce(r, p.output, counts[static_cast<size_t>(rank_)]);
+      st = backend_.ReduceScatter(ps.comm, send, p.output, counts, q.dtype, r.reduce_op);
+      if (st.ok()) PostReduce(ps, r, p.output, counts[static_cast<size_t>(ps.set_rank)]);
       break;
     }
     case OpType::BARRIER:
       break;  // every rank submitted it, which is all a barrier promises
+    default:
+      st = Status::Error(StatusCode::INTERNAL, "control operation on the data path");
   }
   if (tl && r.op != OpType::BARRIER) timeline_.End(q.name);
   return st;
@@ -218,64 +271,150 @@ void Engine::Finish(Pending& p, Result&& result) {
   CompleteHandle(p.handle, std::move(result));
 }
 
+Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) {
+  switch (r.op) {
+    case OpType::JOIN:
+      joined_ = false;
+      result->value = r.root;
+      return Status::Ok();
+    case OpType::PROCESS_SET_ADD: {
+      std::vector<int> ranks(r.split_matrix.begin(), r.split_matrix.end());
+      // Every rank runs the same checks on the same table, so they agree on the outcome.
+      for (const auto& kv : sets_)
+        if (kv.second.ranks == ranks)
+          return Status::Error(StatusCode::INVALID_ARGUMENT, "a process set with ranks " + ShapeString(r.split_matrix) +
+                                                                 " already exists (id " + std::to_string(kv.first) + ")");
+      ProcessSet ps;
+      ps.id = next_set_id_++;
+      ps.ranks = ranks;
+      ps.set_rank = ps.IndexOf(rank_);
+      // Collective over the whole job: every rank executes this response at this point.
+      if (MPI_Comm_split(comm_, ps.includes_me() ? 0 : MPI_UNDEFINED, rank_, &ps.comm) != MPI_SUCCESS)
+        return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
+      if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
+      if (coordinator_) coordinator_->AddProcessSet(ps.id, ranks);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_ranks_[ps.id] = ranks;
+      }
+      result->value = ps.id;
+      sets_.emplace(ps.id, std::move(ps));
+      return Status::Ok();
+    }
+    case OpType::PROCESS_SET_REMOVE: {
+      const int32_t id = r.root;
+      auto it = sets_.find(id);
+      if (id == 0 || it == sets_.end())
+        return Status::Error(StatusCode::INVALID_ARGUMENT,
+                             id == 0 ? "the global process set cannot be removed"
+                                     : "process set " + std::to_string(id) + " does not exist");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_ranks_.erase(id);
+      }
+      // Its cached responses go on every rank alike; its waiting requests fail.
+      std::vector<int> evicted;
+      for (int b = 0; b < cache_->capacity(); ++b)
+        if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
+      for (auto& kv : pending_)
+        if (kv.second.request.process_set == id) orphans->push_back(kv.first);
+      EvictBits(evicted);
+      if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
+      sets_.erase(it);
+      if (coordinator_) coordinator_->RemoveProcessSet(id);
+      return Status::Ok();
+    }
+    default:
+      return Status::Error(StatusCode::INTERNAL, "not a control operation");
+  }
+}
+
 void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
   if (responses.empty()) return;
-  std::vector<Pending*> entries(responses.size(), nullptr);
+  const size_t n = responses.size();
+  std::vector<Pending*> entries(n, nullptr);
+  std::vector<const ProcessSet*> sets(n, nullptr);  // null: this rank takes no part
   const bool tl = timeline_.active();
-  for (size_t i = 0; i < responses.size(); ++i) {
-    auto it = pending_.find(responses[i].name);
-    if (it == pending_.end()) {
-      Log(LogLevel::ERROR, "internal: response for unknown tensor '" + responses[i].name + "'");
-      continue;
-    }
-    entries[i] = &it->second;
-    if (tl) {
-      timeline_.End(responses[i].name);  // NEGOTIATE_<OP>
-      timeline_.Begin(responses[i].name, OpTypeName(responses[i].op));
-      timeline_.Begin(responses[i].name, "QUEUE");
+  for (size_t i = 0; i < n; ++i) {
+    const Response& r = responses[i];
+    const ProcessSet* ps = FindSet(r.process_set);
+    if (!ps || !ps->includes_me()) continue;  // another set's collective
+    auto it = pending_.find(r.name);
+    if (it != pending_.end()) {
+      entries[i] = &it->second;
+      sets[i] = ps;
+      if (tl) {
+        timeline_.End(r.name);  // NEGOTIATE_<OP>
+        timeline_.Begin(r.name, OpTypeName(r.op));
+        timeline_.Begin(r.name, "QUEUE");
+      }
+    } else if (joined_ && r.op == OpType::ALLREDUCE && r.error.empty()) {
+      sets[i] = ps;  // joined: contribute zeros
+    } else if (r.op != OpType::JOIN && r.error.empty()) {
+      Log(LogLevel::ERROR, "internal: response for unknown tensor '" + r.name + "'");
     }
   }
 
-  std::vector<Request> requests(responses.size());  // for the cache, after entries are gone
-  for (size_t i = 0; i < responses.size(); ++i)
-    if (entries[i]) requests[i] = entries[i]->request;
+  std::vector<Request> requests(n);  // for the cache, after entries are gone
+  for (size_t i = 0; i < n; ++i) requests[i] = entries[i] ? entries[i]->request : RequestFromResponse(responses[i]);
 
-  for (const std::vector<size_t>& group : PlanFusion(responses, entries)) {
+  std::vector<std::string> orphans;  // waiting requests of a removed process set
+  for (const std::vector<size_t>& group : PlanFusion(responses)) {
     if (tl)
       for (size_t i : group)
         if (entries[i]) timeline_.End(responses[i].name);  // QUEUE
+    const size_t i = group[0];
+    if (!sets[i]) continue;  // members of a fused group share the process set
     if (group.size() > 1) {
       std::vector<const Response*> rs;
       std::vector<Pending*> ps;
-      for (size_t i : group) {
-        rs.push_back(&responses[i]);
-        ps.push_back(entries[i]);
+      for (size_t k : group) {
+        rs.push_back(&responses[k]);
+        ps.push_back(entries[k]);
       }
-      Status st = ExecuteFused(rs, ps);
+      Status st = ExecuteFused(*sets[i], rs, ps);
       for (Pending* p : ps) {
+        if (!p) continue;
         Result res;
         res.status = st;
         Finish(*p, std::move(res));
       }
-    } else {
-      const size_t i = group[0];
-      if (!entries[i]) continue;
-      Result res;
-      if (!responses[i].error.empty())
-        res.status = Status::Error(StatusCode::MISMATCH, responses[i].error);
-      else
-        res.status = ExecuteOne(responses[i], *entries[i], &res);
-      if (!res.status.ok() && res.status.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, res.status.message);
-      Finish(*entries[i], std::move(res));
+      continue;
     }
+    const Response& r = responses[i];
+    Result res;
+    if (!r.error.empty())
+      res.status = Status::Error(StatusCode::MISMATCH, r.error);
+    else if (!IsDataOp(r.op)) {
+      res.status = ExecuteControl(r, &res, &orphans);
+      if (r.op == OpType::PROCESS_SET_REMOVE && res.status.ok())
+        for (size_t k = i + 1; k < n; ++k)
+          if (responses[k].process_set == r.root) sets[k] = nullptr;  // left to the orphans below
+    }
+    else if (entries[i])
+      res.status = ExecuteOne(*sets[i], r, *entries[i], &res);
+    else
+      res.status = ExecuteJoinedAllreduce(*sets[i], r);
+    if (!res.status.ok() && res.status.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, res.status.message);
+    if (entries[i]) Finish(*entries[i], std::move(res));
   }
-  for (size_t i = 0; i < responses.size(); ++i)
-    if (entries[i]) pending_.erase(responses[i].name);
+  for (size_t i = 0; i < n; ++i)
+    if (entries[i] && sets[i]) pending_.erase(responses[i].name);
+  for (const std::string& name : orphans) {
+    auto it = pending_.find(name);
+    if (it == pending_.end()) continue;
+    Result res;
+    res.status = Status::Error(StatusCode::INVALID_ARGUMENT,
+                               "process set " + std::to_string(it->second.request.process_set) +
+                                   " was removed while tensor '" + name + "' was waiting");
+    Finish(it->second, std::move(res));
+    pending_.erase(it);
+  }
 
-  // The cache changes in execution order, identically on every rank.
+  // The cache changes in execution order, identically on every rank (members or not).
   std::vector<int> evicted;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    if (!entries[i]) continue;
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsDataOp(responses[i].op)) continue;
     if (cache_bits[i] >= 0)
       cache_->Touch(cache_bits[i]);
     else

@@ -8,7 +8,7 @@ bool Request::SameSignature(const Request& o) const {
   return name == o.name && op == o.op && dtype == o.dtype && reduce_op == o.reduce_op &&
          root == o.root && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && device == o.device && group == o.group &&
-         group_size == o.group_size;
+         group_size == o.group_size && process_set == o.process_set;
 }
 
 namespace {
@@ -90,6 +90,7 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Put<int32_t>(q.device);
     w.PutString(q.group);
     w.Put<int32_t>(q.group_size);
+    w.Put<int32_t>(q.process_set);
     w.Put<int32_t>(q.rank);
     w.Put<int64_t>(q.age_ms);
   }
@@ -108,7 +109,7 @@ bool DecodeRequests(const char* data, size_t len, std::vector<Request>* out) {
         !GetEnum(r, &q.reduce_op) || !r.Get(&q.root) || !r.Get(&q.prescale) ||
         !r.Get(&q.postscale) || !r.GetVec(&q.shape) || !r.GetVec(&q.splits) ||
         !r.Get(&q.device) || !r.GetString(&q.group) || !r.Get(&q.group_size) ||
-        !r.Get(&q.rank) || !r.Get(&q.age_ms))
+        !r.Get(&q.process_set) || !r.Get(&q.rank) || !r.Get(&q.age_ms))
       return false;
     out->push_back(std::move(q));
   }
@@ -131,6 +132,8 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.Put<int32_t>(p.device);
     w.PutString(p.group);
     w.Put<int32_t>(p.group_size);
+    w.Put<int32_t>(p.process_set);
+    w.PutVec(p.shape);
     w.PutString(p.error);
     w.PutVec(p.rank_dim0);
     w.PutVec(p.split_matrix);
@@ -152,7 +155,7 @@ bool DecodeResponseList(const char* data, size_t len, ResponseList* out) {
     if (!r.GetString(&p.name) || !GetEnum(r, &p.op) || !GetEnum(r, &p.dtype) ||
         !GetEnum(r, &p.reduce_op) || !r.Get(&p.root) || !r.Get(&p.prescale) ||
         !r.Get(&p.postscale) || !r.Get(&p.device) || !r.GetString(&p.group) ||
-        !r.Get(&p.group_size) || !r.GetString(&p.error) || !r.GetVec(&p.rank_dim0) ||
+        !r.Get(&p.group_size) || !r.Get(&p.process_set) || !r.GetVec(&p.shape) || !r.GetString(&p.error) || !r.GetVec(&p.rank_dim0) ||
         !r.GetVec(&p.split_matrix))
       return false;
     out->responses.push_back(std::move(p));

@@ -23,6 +23,7 @@ struct Request {
   int32_t device = -1;          // -1: host memory
   std::string group;            // grouped requests share a group name ...
   int32_t group_size = 0;       // ... and know how many members it has
+  int32_t process_set = 0;      // 0: every rank
   // Not part of the identity of a request: filled in when sent to the coordinator.
   int32_t rank = 0;
   int64_t age_ms = 0;
@@ -43,9 +44,13 @@ struct Response {
   int32_t device = -1;
   std::string group;
   int32_t group_size = 0;
+  int32_t process_set = 0;
+  std::vector<int64_t> shape;         // the (first submitting rank's) tensor shape: lets a
+                                      // joined rank take part in an allreduce it never submitted
   std::string error;                  // non-empty: every rank fails this tensor with it
-  std::vector<int64_t> rank_dim0;     // allgather: first dimension of each rank's input
-  std::vector<int64_t> split_matrix;  // alltoall: size x size rows, [src * size + dst]
+  std::vector<int64_t> rank_dim0;     // allgather: first dimension of each member's input
+  std::vector<int64_t> split_matrix;  // alltoall: n x n rows over the set's members, [src * n + dst];
+                                      // process-set creation: the member ranks
 };
 
 // Coordinator broadcast: the responses of a cycle plus engine-wide decisions.

@@ -60,8 +60,7 @@ Status MpiBackend::Check(int rc, const char* what) const {
   return Status::Error(StatusCode::INTERNAL, std::string(what) + " failed: " + std::string(msg, static_cast<size_t>(len)));
 }
 
-Status MpiBackend::Init(MPI_Comm comm) {
-  comm_ = comm;
+Status MpiBackend::Init() {
   int rc = MPI_SUCCESS;
   rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 0>, 1, &half_ops_[0]);
   rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 1>, 1, &half_ops_[1]);
@@ -79,7 +78,6 @@ void MpiBackend::Finalize() {
                      &bf16_ops_[2], &bf16_ops_[3]}) {
     if (*op != MPI_OP_NULL) MPI_Op_free(op);
   }
-  comm_ = MPI_COMM_NULL;
 }
 
 MPI_Datatype MpiBackend::MpiType(DataType t) const {
@@ -119,7 +117,7 @@ MPI_Op MpiBackend::MpiOp(DataType t, ReduceOp op) const {
 // prints the comparison).
 constexpr int64_t kAllreducePieceBytes = 16LL << 20;
 
-Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
+Status MpiBackend::Allreduce(MPI_Comm comm, const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
   if (count == 0) return Status::Ok();
   const int64_t esize = DataTypeSize(dtype);
   const int64_t piece = std::max<int64_t>(1, kAllreducePieceBytes / esize);
@@ -128,9 +126,9 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * esize;
     void* r = static_cast<char*>(recv) + off * esize;
 #if COLLECTIVES_LARGE_COUNT
-    Status st = Check(MPI_Allreduce_c(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_), "MPI_Allreduce");
+    Status st = Check(MPI_Allreduce_c(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm), "MPI_Allreduce");
 #else
-    Status st = Check(MPI_Allreduce(s, r, static_cast<int>(n), MpiType(dtype), MpiOp(dtype, op), comm_),
+    Status st = Check(MPI_Allreduce(s, r, static_cast<int>(n), MpiType(dtype), MpiOp(dtype, op), comm),
                       "MPI_Allreduce");
 #endif
     if (!st.ok()) return st;
@@ -138,14 +136,14 @@ Status MpiBackend::Allreduce(const void* send, void* recv, int64_t count, DataTy
   return Status::Ok();
 }
 
-Status MpiBackend::Broadcast(void* buf, int64_t bytes, int root) {
+Status MpiBackend::Broadcast(MPI_Comm comm, void* buf, int64_t bytes, int root) {
   if (bytes == 0) return Status::Ok();
 #if COLLECTIVES_LARGE_COUNT
-  return Check(MPI_Bcast_c(buf, bytes, MPI_BYTE, root, comm_), "MPI_Bcast");
+  return Check(MPI_Bcast_c(buf, bytes, MPI_BYTE, root, comm), "MPI_Bcast");
 #else
   for (int64_t off = 0; off < bytes; off += INT_MAX) {
     const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
-    Status st = Check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    Status st = Check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm), "MPI_Bcast");
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -153,26 +151,26 @@ Status MpiBackend::Broadcast(void* buf, int64_t bytes, int root) {
 }
 
 #if COLLECTIVES_LARGE_COUNT
-Status MpiBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
+Status MpiBackend::Allgatherv(MPI_Comm comm, const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
                               const std::vector<int64_t>& displs) {
   std::vector<MPI_Count> c(counts.begin(), counts.end());
   std::vector<MPI_Aint> d(displs.begin(), displs.end());
-  return Check(MPI_Allgatherv_c(send, send_bytes, MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+  return Check(MPI_Allgatherv_c(send, send_bytes, MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
                "MPI_Allgatherv");
 }
 
-Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
+Status MpiBackend::Alltoallv(MPI_Comm comm, const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
                              void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
   std::vector<MPI_Count> sc2(sc.begin(), sc.end()), rc2(rc.begin(), rc.end());
   std::vector<MPI_Aint> sd2(sd.begin(), sd.end()), rd2(rd.begin(), rd.end());
-  return Check(MPI_Alltoallv_c(send, sc2.data(), sd2.data(), MPI_BYTE, recv, rc2.data(), rd2.data(), MPI_BYTE, comm_),
+  return Check(MPI_Alltoallv_c(send, sc2.data(), sd2.data(), MPI_BYTE, recv, rc2.data(), rd2.data(), MPI_BYTE, comm),
                "MPI_Alltoallv");
 }
 
-Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
+Status MpiBackend::ReduceScatter(MPI_Comm comm, const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
                                  ReduceOp op) {
   std::vector<MPI_Count> c(counts.begin(), counts.end());
-  return Check(MPI_Reduce_scatter_c(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm_),
+  return Check(MPI_Reduce_scatter_c(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm),
                "MPI_Reduce_scatter");
 }
 #else
@@ -190,27 +188,27 @@ Status TooLarge(const char* what) {
 }
 }  // namespace
 
-Status MpiBackend::Allgatherv(const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
+Status MpiBackend::Allgatherv(MPI_Comm comm, const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
                               const std::vector<int64_t>& displs) {
   std::vector<int> c, d;
   if (send_bytes > INT_MAX || !ToInts(counts, &c) || !ToInts(displs, &d)) return TooLarge("allgather");
-  return Check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+  return Check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
                "MPI_Allgatherv");
 }
 
-Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
+Status MpiBackend::Alltoallv(MPI_Comm comm, const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
                              void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
   std::vector<int> a, b, c, d;
   if (!ToInts(sc, &a) || !ToInts(sd, &b) || !ToInts(rc, &c) || !ToInts(rd, &d)) return TooLarge("alltoall");
-  return Check(MPI_Alltoallv(send, a.data(), b.data(), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm_),
+  return Check(MPI_Alltoallv(send, a.data(), b.data(), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
                "MPI_Alltoallv");
 }
 
-Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
+Status MpiBackend::ReduceScatter(MPI_Comm comm, const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
                                  ReduceOp op) {
   std::vector<int> c;
   if (!ToInts(counts, &c)) return TooLarge("reducescatter");
-  return Check(MPI_Reduce_scatter(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm_),
+  return Check(MPI_Reduce_scatter(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm),
                "MPI_Reduce_scatter");
 }
 #endif

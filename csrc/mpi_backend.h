@@ -1,5 +1,5 @@
-// Data movement over MPI for host memory. Every call is made by the engine thread on the
-// engine's private communicator. Element counts are 64-bit: MPI-4 large-count calls carry
+// Data movement over MPI for host memory. Every call is made by the engine thread on one of
+// the engine's private communicators (the whole job's, or a process set's). Element counts are 64-bit: MPI-4 large-count calls carry
 // tensors of more than 2^31-1 elements.
 #pragma once
 #include <mpi.h>
@@ -14,19 +14,19 @@ namespace collectives {
 
 class MpiBackend {
  public:
-  Status Init(MPI_Comm comm);  // creates the float16/bfloat16 reduction ops
+  Status Init();  // creates the float16/bfloat16 reduction ops
   void Finalize();
 
   // In place when send == recv. op must be SUM, MIN, MAX or PRODUCT.
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
-  Status Broadcast(void* buf, int64_t bytes, int root);
+  Status Allreduce(MPI_Comm comm, const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  Status Broadcast(MPI_Comm comm, void* buf, int64_t bytes, int root);
   // counts/displs in bytes, one per rank.
-  Status Allgatherv(const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
+  Status Allgatherv(MPI_Comm comm, const void* send, int64_t send_bytes, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs);
-  Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+  Status Alltoallv(MPI_Comm comm, const void* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
                    void* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs);
   // recv_counts in elements, one per rank.
-  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+  Status ReduceScatter(MPI_Comm comm, const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                        ReduceOp op);
 
  private:
@@ -34,7 +34,6 @@ class MpiBackend {
   MPI_Op MpiOp(DataType t, ReduceOp op) const;
   Status Check(int rc, const char* what) const;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
   // [0]=sum [1]=min [2]=max [3]=prod, for float16 and bfloat16
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   MPI_Op bf16_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};

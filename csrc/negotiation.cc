@@ -17,14 +17,23 @@ namespace {
 constexpr uint64_t kFlagShutdown = 1;  // some rank asked to shut down
 constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs phase 2
 constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
+constexpr uint64_t kFlagJoined = 8;    // some rank has called join() (which has not completed)
 
 bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 
 }  // namespace
 
 void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
+  if (p.request.op == OpType::JOIN) joined_ = true;
   int stale = -1;
-  const int bit = cache_->Lookup(p.request, &stale);
+  int bit = IsDataOp(p.request.op) ? cache_->Lookup(p.request, &stale) : -1;
+  if (bit >= 0 && join_mode_) {
+    // While some rank has joined, requests go to the coordinator, the only one to know which
+    // ranks no longer submit. A cached entry is evicted everywhere on the way: a rank that
+    // submits the same name after the join ends must not wait for it on the cached path.
+    stale = bit;
+    bit = -1;
+  }
   if (bit >= 0) {
     p.cache_bit = bit;
   } else {
@@ -35,6 +44,17 @@ void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
     timeline_.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
   std::string name = p.request.name;
   pending_.emplace(std::move(name), std::move(p));
+}
+
+// A rank outside a process set never submits that set's requests; it marks them ready so
+// that the bitwise AND reflects the members alone.
+void Engine::MarkForeignBits(uint64_t* ready) const {
+  if (sets_.size() <= 1) return;
+  for (int b = 0; b < cache_->capacity(); ++b) {
+    if (!cache_->Contains(b)) continue;
+    const ProcessSet* ps = FindSet(cache_->Get(b).process_set);
+    if (!ps || !ps->includes_me()) ready[b / 64] |= 1ull << (b % 64);
+  }
 }
 
 void Engine::EvictBits(const std::vector<int>& bits) {
@@ -149,6 +169,7 @@ bool Engine::RunCycle(bool* active) {
   if (shutdown_local) flags |= kFlagShutdown;
   if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
   if (!pending_.empty()) flags |= kFlagPending;
+  if (joined_) flags |= kFlagJoined;
   v[0] = ~flags;
   uint64_t* ready = v.data() + 1;
   uint64_t* valid = v.data() + 1 + words;
@@ -156,6 +177,7 @@ bool Engine::RunCycle(bool* active) {
     const int b = kv.second.cache_bit;
     if (b >= 0) ready[b / 64] |= 1ull << (b % 64);
   }
+  MarkForeignBits(ready);
   for (int w = 0; w < words; ++w) valid[w] = ~0ull;
   for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
   if (MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_BAND, comm_) != MPI_SUCCESS) {
@@ -209,6 +231,16 @@ bool Engine::RunCycle(bool* active) {
 
   ExecuteAll(responses, cache_bits);
   ++cycle_;
+  // While some rank has joined, requests waiting on the cache go to the coordinator instead
+  // (from the next cycle on, the same decision on every rank).
+  join_mode_ = (global_flags & kFlagJoined) != 0;
+  if (join_mode_) {
+    for (auto& kv : pending_) {
+      if (kv.second.cache_bit < 0) continue;
+      kv.second.cache_bit = -1;
+      to_report_.push_back(kv.first);
+    }
+  }
   *active = (global_flags & kFlagPending) != 0;
 
   if (list.shutdown) {

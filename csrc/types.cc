@@ -38,6 +38,9 @@ const char* OpTypeName(OpType t) {
     case OpType::ALLTOALL: return "ALLTOALL";
     case OpType::REDUCESCATTER: return "REDUCESCATTER";
     case OpType::BARRIER: return "BARRIER";
+    case OpType::JOIN: return "JOIN";
+    case OpType::PROCESS_SET_ADD: return "PROCESS_SET_ADD";
+    case OpType::PROCESS_SET_REMOVE: return "PROCESS_SET_REMOVE";
   }
   return "UNKNOWN";
 }
@@ -60,7 +63,8 @@ bool IsFloat(DataType t) {
 }
 
 bool IsValidDataType(int32_t t) { return t >= 0 && t < kNumDataTypes; }
-bool IsValidOpType(int32_t t) { return t >= 0 && t <= static_cast<int32_t>(OpType::BARRIER); }
+bool IsValidOpType(int32_t t) { return t >= 0 && t <= static_cast<int32_t>(OpType::PROCESS_SET_REMOVE); }
+bool IsDataOp(OpType t) { return static_cast<int32_t>(t) <= static_cast<int32_t>(OpType::BARRIER); }
 bool IsValidReduceOp(int32_t r) { return r >= 0 && r <= static_cast<int32_t>(ReduceOp::PRODUCT); }
 
 int64_t NumElements(const std::vector<int64_t>& shape) {

@@ -15,7 +15,14 @@ constexpr int kNumDataTypes = 10;
 
 enum class OpType : int32_t {
   ALLREDUCE = 0, BROADCAST = 1, ALLGATHER = 2, ALLTOALL = 3, REDUCESCATTER = 4, BARRIER = 5,
+  // Control operations, negotiated like the others so every rank sees them in the same order.
+  JOIN = 6,                // this rank has no more data; complete when every rank joined
+  PROCESS_SET_ADD = 7,     // splits: the member ranks
+  PROCESS_SET_REMOVE = 8,  // root: the process set id
 };
+
+// Operations that move tensor data (and may be cached and fused), as opposed to control ones.
+bool IsDataOp(OpType t);
 
 // Horovod's numbering: Average=0, Sum=1, Adasum=2, Min=3, Max=4, Product=5.
 enum class ReduceOp : int32_t {

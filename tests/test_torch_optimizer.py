@@ -4,7 +4,8 @@ Each test is one mpirun launch of ``tests/workers/torch_optim_worker.py`` (see i
 for the families): training equivalence with one process on the whole batch (SGD-momentum,
 Adam; backward_passes_per_step=2, groups, gradient_predivide_factor, fp16/bf16 compression),
 overlap of allreduces with the backward pass, unused parameters, skip_synchronize with
-clipping, zero_grad with pending handles, and broadcasts of parameters and optimizer state.
+clipping, zero_grad with pending handles, broadcasts of parameters and optimizer state, join
+with uneven batches per rank, and training in process sets.
 The last test runs examples/pytorch_mnist.py end to end.
 """
 import os
@@ -24,8 +25,9 @@ TIMEOUT = 120  # seconds per launch; each takes ~3-6 s on an idle 2-core machine
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_torch_optimizer(np_):
-    run = run_workers(np_, "torch_optim_worker.py", "train", "overlap", "edge", "broadcast", timeout=TIMEOUT)
-    assert_all_ranks_passed(run, np_, min_cases=25)
+    run = run_workers(np_, "torch_optim_worker.py", "train", "overlap", "edge", "broadcast", "join", "sets",
+                      timeout=TIMEOUT, env={"COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "30"})
+    assert_all_ranks_passed(run, np_, min_cases=29)
 
 
 def test_pytorch_mnist_example():

@@ -2,11 +2,13 @@
 
 Backward collectives are named ``<forward name>.grad`` when the forward call was named, and
 get automatic names otherwise (every rank runs backward in the same order, so they agree).
+They run in the forward call's process set (``ps``; None: every rank).
 """
 import torch
 
 from collectives import basics
 from collectives.constants import Average, Sum
+from collectives.process_sets import set_rank, set_size
 
 from . import ops as raw
 
@@ -19,33 +21,33 @@ class AllreduceFn(torch.autograd.Function):
     """y = post * op_r(pre * x_r); dx = the same allreduce of dy (Average -> Average, Sum -> Sum)."""
 
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale_factor, postscale_factor):
-        ctx.args = (op, name, prescale_factor, postscale_factor)
-        return raw.allreduce(tensor, op, name, prescale_factor, postscale_factor)
+    def forward(ctx, tensor, op, name, prescale_factor, postscale_factor, ps):
+        ctx.args = (op, name, prescale_factor, postscale_factor, ps)
+        return raw.allreduce(tensor, op, name, prescale_factor, postscale_factor, ps)
 
     @staticmethod
     def backward(ctx, grad_output):
-        op, name, pre, post = ctx.args
-        return raw.allreduce(grad_output, op, _grad_name(name), pre, post), None, None, None, None
+        op, name, pre, post, ps = ctx.args
+        return raw.allreduce(grad_output, op, _grad_name(name), pre, post, ps), None, None, None, None, None
 
 
 class GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op, name, prescale_factor, postscale_factor, *tensors):
-        ctx.args = (op, name, prescale_factor, postscale_factor)
-        return tuple(raw.grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor))
+    def forward(ctx, op, name, prescale_factor, postscale_factor, ps, *tensors):
+        ctx.args = (op, name, prescale_factor, postscale_factor, ps)
+        return tuple(raw.grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor, ps))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        op, name, pre, post = ctx.args
-        grads = raw.grouped_allreduce(grad_outputs, op, _grad_name(name), pre, post)
-        return (None, None, None, None, *grads)
+        op, name, pre, post, ps = ctx.args
+        grads = raw.grouped_allreduce(grad_outputs, op, _grad_name(name), pre, post, ps)
+        return (None, None, None, None, None, *grads)
 
 
-def _my_slice(grad_reduced, dim0, shape, name):
+def _my_slice(grad_reduced, dim0, shape, name, ps):
     """This rank's rows of an allgathered gradient (ranks' first dimensions may differ)."""
-    dims = raw.allgather(torch.tensor([dim0], dtype=torch.int64), _grad_name(name, "grad.dims"))
-    offset = int(dims[:basics.rank()].sum())
+    dims = raw.allgather(torch.tensor([dim0], dtype=torch.int64), _grad_name(name, "grad.dims"), ps)
+    offset = int(dims[:set_rank(ps)].sum())
     return grad_reduced.narrow(0, offset, dim0).reshape(shape)
 
 
@@ -53,107 +55,111 @@ class AllgatherFn(torch.autograd.Function):
     """dx = this rank's rows of allreduce_Sum(dy)."""
 
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, ps):
         ctx.shape = tensor.shape
         ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
         ctx.name = name
-        return raw.allgather(tensor, name)
+        ctx.ps = ps
+        return raw.allgather(tensor, name, ps)
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name))
-        return _my_slice(reduced, ctx.dim0, ctx.shape, ctx.name), None
+        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name), process_set=ctx.ps)
+        return _my_slice(reduced, ctx.dim0, ctx.shape, ctx.name, ctx.ps), None, None
 
 
 class GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, *tensors):
+    def forward(ctx, name, ps, *tensors):
         ctx.shapes = [t.shape for t in tensors]
         ctx.name = name
-        return tuple(raw.grouped_allgather(tensors, name))
+        ctx.ps = ps
+        return tuple(raw.grouped_allgather(tensors, name, ps))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        name = ctx.name
-        reduced = raw.grouped_allreduce(grad_outputs, Sum, _grad_name(name))
+        name, ps = ctx.name, ctx.ps
+        reduced = raw.grouped_allreduce(grad_outputs, Sum, _grad_name(name), process_set=ps)
         dim0s = torch.tensor([s[0] if len(s) else 1 for s in ctx.shapes], dtype=torch.int64)
-        dims = raw.allgather(dim0s.reshape(1, -1), _grad_name(name, "grad.dims"))  # (size, n)
-        offsets = dims[:basics.rank()].sum(dim=0)
+        dims = raw.allgather(dim0s.reshape(1, -1), _grad_name(name, "grad.dims"), ps)  # (n, tensors)
+        offsets = dims[:set_rank(ps)].sum(dim=0)
         grads = [r.narrow(0, int(off), int(d)).reshape(shape)
                  for r, off, d, shape in zip(reduced, offsets, dim0s, ctx.shapes)]
-        return (None, *grads)
+        return (None, None, *grads)
 
 
 class BroadcastFn(torch.autograd.Function):
     """dx = allreduce_Sum(dy) on the root, zeros elsewhere."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, ps):
         ctx.root_rank = root_rank
         ctx.name = name
-        return raw.broadcast(tensor, root_rank, name)
+        ctx.ps = ps
+        return raw.broadcast(tensor, root_rank, name, ps)
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name))
-        if basics.rank() != ctx.root_rank:
+        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name), process_set=ctx.ps)
+        if basics.rank() != ctx.root_rank:  # root_rank is a global rank, as in Horovod
             reduced = torch.zeros_like(reduced)
-        return reduced, None, None
+        return reduced, None, None, None
 
 
 class AlltoallFn(torch.autograd.Function):
     """dx = alltoall(dy) with the received splits (the rows go back where they came from)."""
 
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        output, received_splits = raw.alltoall(tensor, splits, name)
+    def forward(ctx, tensor, splits, name, ps):
+        output, received_splits = raw.alltoall(tensor, splits, name, ps)
         ctx.received_splits = received_splits
         ctx.name = name
+        ctx.ps = ps
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
 
     @staticmethod
     def backward(ctx, grad_output, _grad_splits):
-        grad, _ = raw.alltoall(grad_output, ctx.received_splits, _grad_name(ctx.name))
-        return grad, None, None
+        grad, _ = raw.alltoall(grad_output, ctx.received_splits, _grad_name(ctx.name), ctx.ps)
+        return grad, None, None, None
 
 
-def _reducescatter_grad_scale(op, pre, post):
+def _reducescatter_grad_scale(op, pre, post, ps):
     scale = float(pre) * float(post)
     if op == Average:
-        scale /= basics.size()
+        scale /= set_size(ps)
     return scale
 
 
 class ReducescatterFn(torch.autograd.Function):
-    """dx = allgather(dy), scaled by pre*post (and 1/size for Average)."""
+    """dx = allgather(dy), scaled by pre*post (and 1/n for Average)."""
 
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale_factor, postscale_factor):
-        ctx.args = (op, name, prescale_factor, postscale_factor)
-        return raw.reducescatter(tensor, op, name, prescale_factor, postscale_factor)
+    def forward(ctx, tensor, op, name, prescale_factor, postscale_factor, ps):
+        ctx.args = (op, name, prescale_factor, postscale_factor, ps)
+        return raw.reducescatter(tensor, op, name, prescale_factor, postscale_factor, ps)
 
     @staticmethod
     def backward(ctx, grad_output):
-        op, name, pre, post = ctx.args
-        grad = raw.allgather(grad_output, _grad_name(name))
-        scale = _reducescatter_grad_scale(op, pre, post)
+        op, name, pre, post, ps = ctx.args
+        grad = raw.allgather(grad_output, _grad_name(name), ps)
+        scale = _reducescatter_grad_scale(op, pre, post, ps)
         if scale != 1.0:
             grad = grad * scale
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 class GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op, name, prescale_factor, postscale_factor, *tensors):
-        ctx.args = (op, name, prescale_factor, postscale_factor)
-        return tuple(raw.grouped_reducescatter(tensors, op, name, prescale_factor, postscale_factor))
+    def forward(ctx, op, name, prescale_factor, postscale_factor, ps, *tensors):
+        ctx.args = (op, name, prescale_factor, postscale_factor, ps)
+        return tuple(raw.grouped_reducescatter(tensors, op, name, prescale_factor, postscale_factor, ps))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        op, name, pre, post = ctx.args
-        grads = raw.grouped_allgather(grad_outputs, _grad_name(name))
-        scale = _reducescatter_grad_scale(op, pre, post)
+        op, name, pre, post, ps = ctx.args
+        grads = raw.grouped_allgather(grad_outputs, _grad_name(name), ps)
+        scale = _reducescatter_grad_scale(op, pre, post, ps)
         if scale != 1.0:
             grads = [g * scale for g in grads]
-        return (None, None, None, None, *grads)
+        return (None, None, None, None, None, *grads)

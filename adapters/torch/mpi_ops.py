@@ -4,6 +4,13 @@ import warnings
 
 import collectives
 from collectives.constants import Average, Sum
+from collectives.process_sets import (  # noqa: F401 - re-exported
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    process_set_id,
+    remove_process_set,
+)
 
 from . import ops as raw
 from .compression import Compression
@@ -20,37 +27,11 @@ from .functions import (
 from .tensors import poll, synchronize  # noqa: F401 - re-exported
 
 
-class _GlobalProcessSet:
-    """Stand-in for Horovod's ``global_process_set`` (all ranks) until process sets exist."""
-
-    process_set_id = 0
-
-    @property
-    def ranks(self):
-        return list(range(collectives.size()))
-
-    def size(self):
-        return collectives.size()
-
-    def rank(self):
-        return collectives.rank()
-
-    def included(self):
-        return True
-
-    def __repr__(self):
-        return "ProcessSet(process_set_id=0, ranks=all)"
-
-
-global_process_set = _GlobalProcessSet()
-
-
 def check_process_set(process_set):
-    if process_set is None or process_set is global_process_set:
-        return
-    raise NotImplementedError(
-        "collectives.torch supports only the global process set for now; process sets other "
-        f"than global_process_set are not implemented (got {process_set!r})")
+    """Raises unless ``process_set`` is usable here (registered, and this rank a member)."""
+    if process_set_id(process_set) != 0 and not process_set.included():
+        raise ValueError(f"rank {collectives.rank()} is not a member of {process_set!r}")
+    return process_set
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -73,7 +54,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Start an allreduce (no autograd); ``synchronize(handle)`` returns the reduced tensor."""
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return raw.allreduce_async(tensor, op, name, prescale_factor, postscale_factor)
+    return raw.allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -82,7 +63,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor)
+    reduced = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -91,7 +72,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """In-place ``allreduce_async``: ``synchronize`` returns ``tensor``, now holding the result."""
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return raw.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor)
+    return raw.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -104,7 +85,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             process_set=global_process_set):
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return raw.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor)
+    return raw.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -113,7 +94,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     pairs = [compression.compress(t) for t in tensors]
-    reduced = GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor, *[t for t, _ in pairs])
+    reduced = GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor, process_set,
+                                       *[t for t, _ in pairs])
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, pairs)]
 
 
@@ -121,7 +103,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return raw.grouped_allreduce_async_(tensors, op, name, prescale_factor, postscale_factor)
+    return raw.grouped_allreduce_async_(tensors, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -134,36 +116,42 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     check_process_set(process_set)
-    return raw.allgather_async(tensor, name)
+    return raw.allgather_async(tensor, name, process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along the first dimension (which may differ); differentiable."""
     check_process_set(process_set)
-    return AllgatherFn.apply(tensor, name)
+    return AllgatherFn.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Start allgathers of a list of tensors, negotiated together; ``synchronize`` returns the list."""
+    check_process_set(process_set)
+    return raw.grouped_allgather_async(tensors, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     check_process_set(process_set)
-    return list(GroupedAllgatherFn.apply(name, *tensors))
+    return list(GroupedAllgatherFn.apply(name, process_set, *tensors))
 
 
 # ---------------------------------------------------------------- broadcast
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     check_process_set(process_set)
-    return raw.broadcast_async(tensor, root_rank, name)
+    return raw.broadcast_async(tensor, root_rank, name, process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's ``tensor`` on every rank; differentiable."""
     check_process_set(process_set)
-    return BroadcastFn.apply(tensor, root_rank, name)
+    return BroadcastFn.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     check_process_set(process_set)
-    return raw.broadcast_async_(tensor, root_rank, name)
+    return raw.broadcast_async_(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -176,7 +164,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """``synchronize(handle)`` returns ``(output, received_splits)``."""
     check_process_set(process_set)
-    return raw.alltoall_async(tensor, splits, name)
+    return raw.alltoall_async(tensor, splits, name, process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -184,7 +172,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     tensor, or ``(received, received_splits)`` (an int32 tensor) when ``splits`` is given;
     differentiable."""
     check_process_set(process_set)
-    output, received_splits = AlltoallFn.apply(tensor, splits, name)
+    output, received_splits = AlltoallFn.apply(tensor, splits, name, process_set)
     return output if splits is None else (output, received_splits)
 
 
@@ -193,7 +181,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     check_process_set(process_set)
-    return raw.reducescatter_async(tensor, Average if op is None else op, name, prescale_factor, postscale_factor)
+    return raw.reducescatter_async(tensor, Average if op is None else op, name, prescale_factor, postscale_factor,
+                                   process_set)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
@@ -202,8 +191,16 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     check_process_set(process_set)
     op = Average if op is None else op
     compressed, ctx = compression.compress(tensor)
-    out = ReducescatterFn.apply(compressed, op, name, prescale_factor, postscale_factor)
+    out = ReducescatterFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Start reducescatters of a list of tensors, negotiated together; ``synchronize`` returns the list."""
+    check_process_set(process_set)
+    return raw.grouped_reducescatter_async(tensors, Average if op is None else op, name, prescale_factor,
+                                           postscale_factor, process_set)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
@@ -211,26 +208,33 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     check_process_set(process_set)
     op = Average if op is None else op
     pairs = [compression.compress(t) for t in tensors]
-    outs = GroupedReducescatterFn.apply(op, name, prescale_factor, postscale_factor, *[t for t, _ in pairs])
+    outs = GroupedReducescatterFn.apply(op, name, prescale_factor, postscale_factor, process_set,
+                                        *[t for t, _ in pairs])
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(outs, pairs)]
 
 
 # ---------------------------------------------------------------- others
 
+def join(device=-1):
+    """This rank has no more batches: until every rank has joined, it contributes zeros to the
+    others' allreduces (DistributedOptimizer steps). Returns the last rank to join."""
+    return collectives.join(device)
+
+
 def barrier(process_set=global_process_set):
     """Block until every rank has called barrier."""
     check_process_set(process_set)
-    collectives.barrier()
+    collectives.barrier(process_set=process_set)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable ``obj`` on every rank."""
     check_process_set(process_set)
-    return collectives.broadcast_object(obj, root_rank, name)
+    return collectives.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's picklable ``obj``, in rank order."""
     check_process_set(process_set)
-    return collectives.allgather_object(obj, name)
+    return collectives.allgather_object(obj, name, process_set)
 

@@ -1,11 +1,12 @@
 """The collective verbs on torch tensors without autograd: each converts its tensors to numpy
 views (adapters.torch.tensors), calls the framework-agnostic verbs of ``collectives.ops`` and
-returns a TorchHandle whose result is a torch tensor of the input's dtype."""
+returns a TorchHandle whose result is a torch tensor of the input's dtype. ``process_set``
+(None: every rank) is passed through unchanged."""
 import numpy as np
 import torch
 
-from collectives import basics
 from collectives import ops as _ops
+from collectives.process_sets import set_size
 
 from .tensors import TorchHandle, from_numpy, synchronize, to_numpy
 
@@ -16,77 +17,83 @@ def _same_tensor(tensor):
 
 # ---------------------------------------------------------------- allreduce
 
-def allreduce_async(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    h = _ops.allreduce_async(to_numpy(tensor, "allreduce"), op, name, prescale_factor, postscale_factor)
+def allreduce_async(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    h = _ops.allreduce_async(to_numpy(tensor, "allreduce"), op, name, prescale_factor, postscale_factor, process_set)
     return TorchHandle(h, from_numpy, tensor)
 
 
-def allreduce_async_(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    h = _ops.allreduce_async_(to_numpy(tensor, "allreduce_"), op, name, prescale_factor, postscale_factor)
+def allreduce_async_(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    h = _ops.allreduce_async_(to_numpy(tensor, "allreduce_"), op, name, prescale_factor, postscale_factor,
+                              process_set)
     return TorchHandle(h, _same_tensor(tensor), tensor)
 
 
-def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor))
+def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def grouped_allreduce_async(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_allreduce_async(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_allreduce") for t in tensors]
-    h = _ops.grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor)
+    h = _ops.grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor, process_set)
     return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
 
 
-def grouped_allreduce_async_(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_allreduce_async_(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_allreduce_") for t in tensors]
-    h = _ops.grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor)
+    h = _ops.grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor, process_set)
     return TorchHandle(h, lambda _: tensors, tensors)
 
 
-def grouped_allreduce(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor))
+def grouped_allreduce(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, process_set))
 
 
 # ---------------------------------------------------------------- broadcast
 
-def broadcast_async(tensor, root_rank, name=None):
-    h = _ops.broadcast_async(to_numpy(tensor, "broadcast"), root_rank, name)
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    h = _ops.broadcast_async(to_numpy(tensor, "broadcast"), root_rank, name, process_set)
     return TorchHandle(h, from_numpy, tensor)
 
 
-def broadcast_async_(tensor, root_rank, name=None):
-    h = _ops.broadcast_async_(to_numpy(tensor, "broadcast_"), root_rank, name)
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    h = _ops.broadcast_async_(to_numpy(tensor, "broadcast_"), root_rank, name, process_set)
     return TorchHandle(h, _same_tensor(tensor), tensor)
 
 
-def broadcast(tensor, root_rank, name=None):
-    return synchronize(broadcast_async(tensor, root_rank, name))
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 # ---------------------------------------------------------------- allgather
 
-def allgather_async(tensor, name=None):
-    h = _ops.allgather_async(to_numpy(tensor, "allgather"), name)
+def allgather_async(tensor, name=None, process_set=None):
+    h = _ops.allgather_async(to_numpy(tensor, "allgather"), name, process_set)
     return TorchHandle(h, from_numpy, tensor)
 
 
-def allgather(tensor, name=None):
-    return synchronize(allgather_async(tensor, name))
+def allgather(tensor, name=None, process_set=None):
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def grouped_allgather(tensors, name=None):
-    base = name or _ops._auto_name("grouped_allgather")
-    handles = [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
-    return [synchronize(h) for h in handles]
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    tensors = list(tensors)
+    arrays = [to_numpy(t, "grouped_allgather") for t in tensors]
+    h = _ops.grouped_allgather_async(arrays, name, process_set)
+    return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
 # ---------------------------------------------------------------- alltoall
 
-def _split_list(tensor, splits):
+def _split_list(tensor, splits, process_set):
     if splits is None:
         # Equal parts, made explicit so the received splits are always known (for backward).
-        n = basics.size()
+        n = set_size(process_set)
         dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
         return None if dim0 % n else [dim0 // n] * n
     if isinstance(splits, torch.Tensor):
@@ -94,32 +101,39 @@ def _split_list(tensor, splits):
     return [int(s) for s in np.asarray(splits).reshape(-1)]
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Always resolves to ``(output, received_splits)`` (an int32 tensor)."""
-    split_list = _split_list(tensor, splits)
-    h = _ops.alltoall_async(to_numpy(tensor, "alltoall"), split_list, name)
+    split_list = _split_list(tensor, splits, process_set)
+    h = _ops.alltoall_async(to_numpy(tensor, "alltoall"), split_list, name, process_set)
     if split_list is None:  # the engine raises (dim0 not divisible); keep a uniform result anyway
         return TorchHandle(h, lambda out: (from_numpy(out), None), tensor)
     return TorchHandle(h, lambda res: (from_numpy(res[0]), from_numpy(np.asarray(res[1], dtype=np.int32))), tensor)
 
 
-def alltoall(tensor, splits=None, name=None):
-    return synchronize(alltoall_async(tensor, splits, name))
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 # ---------------------------------------------------------------- reducescatter
 
-def reducescatter_async(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    h = _ops.reducescatter_async(to_numpy(tensor, "reducescatter"), op, name, prescale_factor, postscale_factor)
+def reducescatter_async(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    h = _ops.reducescatter_async(to_numpy(tensor, "reducescatter"), op, name, prescale_factor, postscale_factor,
+                                 process_set)
     return TorchHandle(h, from_numpy, tensor)
 
 
-def reducescatter(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor))
+def reducescatter(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
-def grouped_reducescatter(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    base = name or _ops._auto_name("grouped_reducescatter")
-    handles = [reducescatter_async(t, op, f"{base}.{i}", prescale_factor, postscale_factor)
-               for i, t in enumerate(tensors)]
-    return [synchronize(h) for h in handles]
+def grouped_reducescatter_async(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=None):
+    tensors = list(tensors)
+    arrays = [to_numpy(t, "grouped_reducescatter") for t in tensors]
+    h = _ops.grouped_reducescatter_async(arrays, op, name, prescale_factor, postscale_factor, process_set)
+    return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
+
+
+def grouped_reducescatter(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
+                                                   process_set))

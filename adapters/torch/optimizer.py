@@ -16,6 +16,7 @@ import torch
 
 import collectives
 from collectives.constants import Adasum, Average, Sum
+from collectives.process_sets import set_size
 
 from .compression import Compression
 from .mpi_ops import check_process_set
@@ -80,7 +81,7 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._hook_handles = []
         self._groups = self._form_groups(groups)
-        if collectives.size() > 1:
+        if set_size(process_set) > 1:
             self._register_hooks()
 
     # -- setup
@@ -147,7 +148,7 @@ class _DistributedOptimizer:
     def _scale_args(self):
         if self.op == Average and self.gradient_predivide_factor != 1.0:
             f = self.gradient_predivide_factor
-            return Sum, 1.0 / f, f / collectives.size()
+            return Sum, 1.0 / f, f / set_size(self.process_set)
         return self.op, 1.0, 1.0
 
     def _prepare_grad(self, p):
@@ -166,7 +167,8 @@ class _DistributedOptimizer:
         compressed, ctx = self._prepare_grad(p)
         op, pre, post = self._scale_args()
         handle = collectives.allreduce_async_(to_numpy(compressed), op=op, name=self._name(p),
-                                              prescale_factor=pre, postscale_factor=post)
+                                              prescale_factor=pre, postscale_factor=post,
+                                              process_set=self.process_set)
         self._submissions += 1
         return handle, [(p, compressed, ctx)]
 
@@ -175,7 +177,7 @@ class _DistributedOptimizer:
         op, pre, post = self._scale_args()
         handle = collectives.grouped_allreduce_async_([to_numpy(c) for _, c, _ in prepared], op=op,
                                                       name=self._group_name(group), prescale_factor=pre,
-                                                      postscale_factor=post)
+                                                      postscale_factor=post, process_set=self.process_set)
         self._submissions += 1
         return handle, prepared
 
@@ -204,7 +206,7 @@ class _DistributedOptimizer:
         gradients. Parameters whose hook did not fire (unused this step, or fewer backward
         passes than ``backward_passes_per_step``) are reduced now, with zeros where they have
         no gradient, so every rank submits the same names."""
-        if collectives.size() > 1:
+        if set_size(self.process_set) > 1:
             if self._groups is None:
                 for p in self._requires_update:
                     handle, _ = self._handles.get(p, (None, None))
@@ -266,7 +268,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     Returns an object of a dynamic subclass of the optimizer's class (``isinstance`` and
     ``state_dict`` keep working) sharing the optimizer's parameter groups, state and
     hyperparameters. See Horovod's documentation for the arguments; ``compression=None``
-    means no compression, and ``process_set`` may only be the global set.
+    means no compression. With a ``process_set``, gradients are averaged over its ranks only
+    (every member must use the optimizer; other ranks must not).
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
@@ -295,7 +298,8 @@ def broadcast_parameters(params, root_rank, process_set=None):
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"broadcast_parameters: {name!r} is a {type(p).__name__}, not a tensor")
         handles.append(collectives.broadcast_async_(to_numpy(p), root_rank,
-                                                    name=None if name is None else f"broadcast.{name}"))
+                                                    name=None if name is None else f"broadcast.{name}",
+                                                    process_set=process_set))
     for h in handles:
         collectives.synchronize(h)
 
@@ -331,7 +335,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
     if is_root:
         groups = [{k: v for k, v in g.items()} for g in state_dict["param_groups"]]
         desc = {"param_groups": groups, "state": _describe_state(state_dict["state"])}
-    desc = collectives.broadcast_object(desc, root_rank, name="broadcast_optimizer_state.structure")
+    desc = collectives.broadcast_object(desc, root_rank, name="broadcast_optimizer_state.structure",
+                                        process_set=process_set)
 
     local = state_dict["state"]
     new_state, handles = {}, []
@@ -349,7 +354,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
                 tensor = torch.empty(shape, dtype=dtype)
             entries[key] = tensor
             handles.append(collectives.broadcast_async_(to_numpy(tensor), root_rank,
-                                                        name=f"broadcast_optimizer_state.{pid}.{key}"))
+                                                        name=f"broadcast_optimizer_state.{pid}.{key}",
+                                                        process_set=process_set))
         new_state[pid] = entries
     for h in handles:
         collectives.synchronize(h)

@@ -30,6 +30,8 @@ from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, 
 from collectives.errors import CollectivesError
 from collectives.adapters.torch.compression import Compression, Compressor
 from collectives.adapters.torch.mpi_ops import (
+    ProcessSet,
+    add_process_set,
     allgather,
     allgather_async,
     allgather_object,
@@ -47,14 +49,18 @@ from collectives.adapters.torch.mpi_ops import (
     broadcast_object,
     global_process_set,
     grouped_allgather,
+    grouped_allgather_async,
     grouped_allreduce,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
     grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
     poll,
     reducescatter,
     reducescatter_async,
+    remove_process_set,
     synchronize,
 )
 

@@ -12,6 +12,11 @@ Families:
              clipping, zero_grad with pending handles raises, named_parameters validation.
   broadcast  broadcast_parameters (state_dict, named_parameters) and broadcast_optimizer_state
              for SGD-momentum, Adam, AdamW, RMSprop, Adagrad.
+  join       uneven numbers of batches per rank: each rank joins when its data ends, the others
+             keep stepping (joined ranks contribute zero gradients), and after broadcasting
+             from the last rank to join every rank holds the reference parameters.
+  sets       DistributedOptimizer, broadcast_parameters and a differentiable allreduce in a
+             process set (even / odd ranks train separate models).
 """
 import copy
 import sys
@@ -264,7 +269,7 @@ def family_edge():
         model = mlp()
         named = list(model.named_parameters())[:-1]
         for kwargs, exc in [({"named_parameters": named}, ValueError),
-                            ({"process_set": object()}, NotImplementedError),
+                            ({"process_set": object()}, ValueError),
                             ({"groups": 0}, ValueError)]:
             try:
                 DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
@@ -404,7 +409,82 @@ def family_broadcast():
     chk.check("broadcast_optimizer_state on a DistributedOptimizer", distributed_optimizer_state)
 
 
-FAMILIES = {"train": family_train, "overlap": family_overlap, "edge": family_edge, "broadcast": family_broadcast}
+# ---------------------------------------------------------------- join
+
+def family_join():
+    def uneven_batches():
+        micro, lr = 4, 0.1
+        n_batches = [2 + r for r in range(S)]  # rank r has 2 + r batches
+        model = mlp(seed=3)
+        ref = copy.deepcopy(model)
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                   named_parameters=model.named_parameters())
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+        for step in range(max(n_batches)):
+            x, y = batch(50 + step, S * micro)
+            # reference: ranks still holding data average their gradients over all S ranks
+            ref_opt.zero_grad()
+            for r in range(S):
+                if step < n_batches[r]:
+                    rows = slice(r * micro, (r + 1) * micro)
+                    (loss_fn(ref, x[rows], y[rows]) / S).backward()
+            ref_opt.step()
+            if step < n_batches[R]:
+                opt.zero_grad()
+                loss_fn(model, x[R * micro:(R + 1) * micro], y[R * micro:(R + 1) * micro]).backward()
+                opt.step()
+        last = hvd.join()
+        assert last == S - 1, last
+        broadcast_parameters(model.state_dict(), root_rank=last)
+        assert_params_close(model, ref, 1e-5, 1e-6, "after join")
+    chk.check("uneven batches with join", uneven_batches)
+
+
+# ---------------------------------------------------------------- process sets
+
+def family_sets():
+    import collectives.torch as ct
+
+    even = ct.add_process_set([r for r in range(S) if r % 2 == 0])
+    odd = ct.add_process_set([r for r in range(S) if r % 2 == 1])
+    mine = even if R % 2 == 0 else odd
+    members, me = mine.ranks, mine.rank()
+
+    def optimizer_in_set():
+        micro = 4
+        model = mlp(seed=10 + R)  # differently initialized: the broadcast makes the set agree
+        broadcast_parameters(model.state_dict(), root_rank=members[0], process_set=mine)
+        ref = mlp(seed=10 + members[0])
+        assert_params_close(model, ref, 0, 0, "broadcast in the set")
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(), process_set=mine)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        n = len(members)
+        for step in range(3):
+            x, y = batch(70 + step, n * micro)
+            ref_opt.zero_grad()
+            loss_fn(ref, x, y).backward()
+            ref_opt.step()
+            opt.zero_grad()
+            loss_fn(model, x[me * micro:(me + 1) * micro], y[me * micro:(me + 1) * micro]).backward()
+            opt.step()
+        assert_params_close(model, ref, 1e-5, 1e-6, f"set {members} vs one process")
+    chk.check("DistributedOptimizer in a process set", optimizer_in_set)
+
+    def autograd_in_set():
+        x = torch.full((3,), float(R + 1), requires_grad=True)
+        y = ct.allreduce(x, op=ct.Sum, name="set.ar", process_set=mine)
+        torch.testing.assert_close(y.detach(), torch.full((3,), float(sum(r + 1 for r in members))))
+        (y * (me + 1)).sum().backward()  # d/dx = allreduce_Sum of the upstream gradients
+        torch.testing.assert_close(x.grad, torch.full((3,), float(sum(range(1, len(members) + 1)))))
+        g = ct.allgather(torch.full((me + 1, 2), float(R), requires_grad=True), name="set.ag", process_set=mine)
+        assert g.shape[0] == sum(range(1, len(members) + 1))
+    chk.check("differentiable ops in a process set", autograd_in_set)
+    chk.check("remove the sets", lambda: (ct.remove_process_set(odd), ct.remove_process_set(even)))
+
+
+FAMILIES = {"train": family_train, "overlap": family_overlap, "edge": family_edge, "broadcast": family_broadcast,
+            "join": family_join, "sets": family_sets}
 
 
 def main():

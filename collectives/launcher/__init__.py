@@ -1,0 +1,11 @@
+"""The pieces of ``collectivesrun`` (``collectives/run.py``): one job per module.
+
+args          the command line (our flags and horovodrun's spellings)
+hosts         -H / --hostfile parsing and where each rank lands
+reachability  resolving host names, telling local from remote, ssh checks
+elf_deps      which libmpi the compiled engine links, and from where
+mpi_locator   finding the MPI launcher that matches the engine, and its flavour
+environment   the variables the ranks get (knobs, -x, thread and yield defaults)
+command       the launcher's argv for MPICH/hydra or Open MPI
+check_build   the ``--check-build`` report
+"""

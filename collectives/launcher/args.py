@@ -1,0 +1,81 @@
+"""The command line of ``collectivesrun``.
+
+Flags keep horovodrun's spellings where it has them (``-np``/``--num-proc``, ``-H``/``--hosts``,
+``-hostfile``/``--hostfile``, ``--fusion-threshold-mb``, ``--cycle-time-ms``,
+``--cache-capacity``, ``--timeline-filename``, ``--timeline-mark-cycles``,
+``--stall-check-warning-time-seconds``, ``--stall-check-shutdown-time-seconds``,
+``--no-stall-check``, ``--log-level``, ``--mpi-args``, ``-cb``/``--check-build``, ``--verbose``),
+so existing job scripts only change the program name; shorter names of our own are accepted
+beside them. Everything from the first word that is not an option is the command to run.
+"""
+import argparse
+
+from .. import config
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="collectivesrun",
+        allow_abbrev=False,  # a prefix of one flag must not silently mean another
+        description="Launch a collectives (Horovod-style) training script on N processes with the MPI "
+                    "launcher the engine was built with.",
+        epilog="example: collectivesrun -np 4 -H host1:2,host2:2 python train.py --epochs 3")
+    p.add_argument("-v", "--version", action="store_true", help="print the collectives version and exit")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N", help="number of processes (ranks)")
+    p.add_argument("-cb", "--check-build", action="store_true",
+                   help="show the MPI, NCCL/CUDA and frameworks this installation can use, then exit")
+    p.add_argument("--verbose", action="store_true", help="print the launcher command before running it")
+
+    hosts = p.add_argument_group("hosts").add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
+                       help="hosts and their slots, e.g. host1:2,host2:2 (default: all ranks on this machine)")
+    hosts.add_argument("-hostfile", "--hostfile", metavar="FILE",
+                       help="file of hosts, one per line: `host slots=N` (horovodrun) or `host:N` (MPICH)")
+    p.add_argument("--start-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds allowed for resolving and reaching each host (default 10)")
+
+    knobs = p.add_argument_group("engine settings (forwarded as COLLECTIVES_* variables)")
+    knobs.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                       help="fusion buffer size in MiB (COLLECTIVES_FUSION_THRESHOLD, in bytes; 0 disables fusion)")
+    knobs.add_argument("--cycle-time-ms", type=float, metavar="MS", help="COLLECTIVES_CYCLE_TIME")
+    knobs.add_argument("--cache-capacity", type=int, metavar="N", help="COLLECTIVES_CACHE_CAPACITY")
+    knobs.add_argument("--timeline-filename", metavar="FILE", help="COLLECTIVES_TIMELINE (written by rank 0)")
+    knobs.add_argument("--timeline-mark-cycles", action="store_true", help="COLLECTIVES_TIMELINE_MARK_CYCLES=1")
+    knobs.add_argument("--stall-check-time", "--stall-check-warning-time-seconds", dest="stall_check_s",
+                       type=float, metavar="S", help="COLLECTIVES_STALL_CHECK_TIME_SECONDS")
+    knobs.add_argument("--stall-shutdown-time", "--stall-check-shutdown-time-seconds", dest="stall_shutdown_s",
+                       type=float, metavar="S", help="COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS")
+    knobs.add_argument("--no-stall-check", action="store_true", help="COLLECTIVES_STALL_CHECK_DISABLE=1")
+    knobs.add_argument("--log-level", type=str.lower, choices=config.LOG_LEVELS, help="COLLECTIVES_LOG_LEVEL")
+
+    mpi = p.add_argument_group("MPI")
+    mpi.add_argument("-x", "--env", action="append", metavar="VAR[=VALUE]",
+                     help="set VAR in every rank (VAR alone: pass its current value); repeatable")
+    mpi.add_argument("--mpi-args", metavar="'ARGS'", help="extra arguments for mpirun, e.g. --mpi-args='-verbose'")
+    # horovodrun's controller choice: MPI is the only one here.
+    mpi.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)
+    mpi.add_argument("--gloo", nargs=0, action=_GlooAction, help=argparse.SUPPRESS)
+    mpi.add_argument("--disable-cache", action="store_true", help=argparse.SUPPRESS)  # horovodrun's; no cache here
+
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    return p
+
+
+class _GlooAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("collectives runs over MPI only; --gloo is not available")
+
+
+def parse(argv):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not (args.version or args.check_build):
+        if args.np is None:
+            p.error("-np N is required")
+        if args.np < 1:
+            p.error(f"-np must be at least 1, not {args.np}")
+        if not args.command:
+            p.error("no command given (e.g. collectivesrun -np 2 python train.py)")
+    return args
