@@ -3,7 +3,7 @@ import atexit
 import os
 import threading
 
-from . import config
+from . import config, framework_threads
 from ._loader import engine_module
 from .errors import NotInitializedError, raise_for_status
 
@@ -48,6 +48,7 @@ def _start_engine(comm):
         code, message = engine.start(address, config.engine_config(values))
         raise_for_status(code, message)
         _engine = engine
+        framework_threads.apply(values["framework_threads"], engine.local_size)
         _owner_pid = os.getpid()
         if not _atexit_registered:
             # Registered after mpi4py's import, so it runs before MPI is finalized.

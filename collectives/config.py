@@ -33,6 +33,13 @@ def _non_negative_float(text):
     return value
 
 
+def _threads(text):
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    return _non_negative_int(value)
+
+
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 
@@ -75,6 +82,10 @@ KNOBS = {
     "stall_check_disable": Knob("STALL_CHECK_DISABLE", _parse_bool, False, "Turn the stall warning off."),
     "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", _non_negative_float, 0.0,
                              "Shut the engine down (pending operations fail) after a stall this long; 0: never."),
+    "framework_threads": Knob("FRAMEWORK_THREADS", _threads, None,
+                              "Threads of torch's and TensorFlow's pools per rank: auto (cores / ranks on "
+                              "the machine, unless OMP_NUM_THREADS or TF_NUM_INTRAOP_THREADS is set), N, or 0 "
+                              "to leave them alone."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
 

@@ -20,6 +20,7 @@ SAMPLES = {
     "stall_check_disable": ("STALL_CHECK_DISABLE", "true", True, "0", False),
     "stall_shutdown_s": ("STALL_SHUTDOWN_TIME_SECONDS", "9", 9.0, "4", 4.0),
     "log_level": ("LOG_LEVEL", "debug", "debug", "error", "error"),
+    "framework_threads": ("FRAMEWORK_THREADS", "3", 3, "auto", None),
 }
 
 

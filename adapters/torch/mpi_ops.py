@@ -2,7 +2,8 @@
 the torch verbs (adapters.torch.ops) and their autograd Functions (adapters.torch.functions)."""
 import warnings
 
-import collectives
+from collectives import basics, objects
+from collectives import ops as core
 from collectives.constants import Average, Sum
 from collectives.process_sets import (  # noqa: F401 - re-exported
     ProcessSet,
@@ -30,7 +31,7 @@ from .tensors import poll, synchronize  # noqa: F401 - re-exported
 def check_process_set(process_set):
     """Raises unless ``process_set`` is usable here (registered, and this rank a member)."""
     if process_set_id(process_set) != 0 and not process_set.included():
-        raise ValueError(f"rank {collectives.rank()} is not a member of {process_set!r}")
+        raise ValueError(f"rank {basics.rank()} is not a member of {process_set!r}")
     return process_set
 
 
@@ -218,23 +219,23 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def join(device=-1):
     """This rank has no more batches: until every rank has joined, it contributes zeros to the
     others' allreduces (DistributedOptimizer steps). Returns the last rank to join."""
-    return collectives.join(device)
+    return core.join(device)
 
 
 def barrier(process_set=global_process_set):
     """Block until every rank has called barrier."""
     check_process_set(process_set)
-    collectives.barrier(process_set=process_set)
+    core.barrier(process_set=process_set)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable ``obj`` on every rank."""
     check_process_set(process_set)
-    return collectives.broadcast_object(obj, root_rank, name, process_set)
+    return objects.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's picklable ``obj``, in rank order."""
     check_process_set(process_set)
-    return collectives.allgather_object(obj, name, process_set)
+    return objects.allgather_object(obj, name, process_set)
 

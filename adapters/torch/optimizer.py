@@ -6,7 +6,7 @@ from ``Tensor.register_post_accumulate_grad_hook`` the moment its gradient is fi
 communication overlaps the rest of the backward pass (the engine fuses what is in flight);
 ``step()`` waits for all of them, then runs the wrapped optimizer's step.
 
-Calls go downward only: this module uses the top-level ``collectives`` API.
+Calls go downward only: this module uses the core (``collectives.ops``, ``objects``, ``handles``).
 """
 import contextlib
 import warnings
@@ -14,7 +14,9 @@ import weakref
 
 import torch
 
-import collectives
+from collectives import basics, objects
+from collectives import ops as core
+from collectives.handles import synchronize
 from collectives.constants import Adasum, Average, Sum
 from collectives.process_sets import set_size
 
@@ -166,7 +168,7 @@ class _DistributedOptimizer:
     def _allreduce_grad_async(self, p):
         compressed, ctx = self._prepare_grad(p)
         op, pre, post = self._scale_args()
-        handle = collectives.allreduce_async_(to_numpy(compressed), op=op, name=self._name(p),
+        handle = core.allreduce_async_(to_numpy(compressed), op=op, name=self._name(p),
                                               prescale_factor=pre, postscale_factor=post,
                                               process_set=self.process_set)
         self._submissions += 1
@@ -175,7 +177,7 @@ class _DistributedOptimizer:
     def _grouped_allreduce_grad_async(self, group):
         prepared = [(p, *self._prepare_grad(p)) for p in group]
         op, pre, post = self._scale_args()
-        handle = collectives.grouped_allreduce_async_([to_numpy(c) for _, c, _ in prepared], op=op,
+        handle = core.grouped_allreduce_async_([to_numpy(c) for _, c, _ in prepared], op=op,
                                                       name=self._group_name(group), prescale_factor=pre,
                                                       postscale_factor=post, process_set=self.process_set)
         self._submissions += 1
@@ -220,7 +222,7 @@ class _DistributedOptimizer:
                         self._group_counts[group] = 0
             try:
                 for handle, prepared in self._handles.values():
-                    collectives.synchronize(handle)
+                    synchronize(handle)
                     for p, compressed, ctx in prepared:
                         out = self._compression.decompress(compressed, ctx)
                         if out is not p.grad:
@@ -297,11 +299,11 @@ def broadcast_parameters(params, root_rank, process_set=None):
     for name, p in items:
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"broadcast_parameters: {name!r} is a {type(p).__name__}, not a tensor")
-        handles.append(collectives.broadcast_async_(to_numpy(p), root_rank,
+        handles.append(core.broadcast_async_(to_numpy(p), root_rank,
                                                     name=None if name is None else f"broadcast.{name}",
                                                     process_set=process_set))
     for h in handles:
-        collectives.synchronize(h)
+        synchronize(h)
 
 
 def _describe_state(state):
@@ -330,12 +332,12 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state_dict = optimizer.state_dict()
-    is_root = collectives.rank() == root_rank
+    is_root = basics.rank() == root_rank
     desc = None
     if is_root:
         groups = [{k: v for k, v in g.items()} for g in state_dict["param_groups"]]
         desc = {"param_groups": groups, "state": _describe_state(state_dict["state"])}
-    desc = collectives.broadcast_object(desc, root_rank, name="broadcast_optimizer_state.structure",
+    desc = objects.broadcast_object(desc, root_rank, name="broadcast_optimizer_state.structure",
                                         process_set=process_set)
 
     local = state_dict["state"]
@@ -353,11 +355,11 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
                     and tensor.is_contiguous()):
                 tensor = torch.empty(shape, dtype=dtype)
             entries[key] = tensor
-            handles.append(collectives.broadcast_async_(to_numpy(tensor), root_rank,
+            handles.append(core.broadcast_async_(to_numpy(tensor), root_rank,
                                                         name=f"broadcast_optimizer_state.{pid}.{key}",
                                                         process_set=process_set))
         new_state[pid] = entries
     for h in handles:
-        collectives.synchronize(h)
+        synchronize(h)
     if not is_root:
         optimizer.load_state_dict({"state": new_state, "param_groups": desc["param_groups"]})

@@ -108,15 +108,15 @@ def poll(handle):
     """True when the asynchronous operation has finished (``synchronize`` will not block)."""
     if isinstance(handle, TorchHandle):
         return handle.poll()
-    import collectives
+    from collectives import handles
 
-    return collectives.poll(handle)
+    return handles.poll(handle)
 
 
 def synchronize(handle):
     """Wait for an asynchronous operation and return its result as torch tensors."""
     if isinstance(handle, TorchHandle):
         return handle.wait()
-    import collectives
+    from collectives import handles
 
-    return collectives.synchronize(handle)
+    return handles.synchronize(handle)
