@@ -63,6 +63,7 @@ from collectives.adapters.torch.mpi_ops import (
     remove_process_set,
     synchronize,
 )
+from collectives.adapters.torch.sync_batch_norm import SyncBatchNorm
 
 # Horovod's name for errors raised by collective operations (a RuntimeError).
 HorovodInternalError = CollectivesError
