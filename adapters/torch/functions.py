@@ -7,7 +7,7 @@ They run in the forward call's process set (``ps``; None: every rank).
 import torch
 
 from collectives import basics
-from collectives.constants import Average, Sum
+from collectives.constants import Average
 from collectives.process_sets import set_rank, set_size
 
 from . import ops as raw
@@ -52,7 +52,8 @@ def _my_slice(grad_reduced, dim0, shape, name, ps):
 
 
 class AllgatherFn(torch.autograd.Function):
-    """dx = this rank's rows of allreduce_Sum(dy)."""
+    """dx = this rank's rows of allreduce_Average(dy) (Horovod's choice: in data-parallel
+    training every rank's loss is one term of the mean loss)."""
 
     @staticmethod
     def forward(ctx, tensor, name, ps):
@@ -64,7 +65,7 @@ class AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name), process_set=ctx.ps)
+        reduced = raw.allreduce(grad_output, Average, _grad_name(ctx.name), process_set=ctx.ps)
         return _my_slice(reduced, ctx.dim0, ctx.shape, ctx.name, ctx.ps), None, None
 
 
@@ -79,7 +80,7 @@ class GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         name, ps = ctx.name, ctx.ps
-        reduced = raw.grouped_allreduce(grad_outputs, Sum, _grad_name(name), process_set=ps)
+        reduced = raw.grouped_allreduce(grad_outputs, Average, _grad_name(name), process_set=ps)
         dim0s = torch.tensor([s[0] if len(s) else 1 for s in ctx.shapes], dtype=torch.int64)
         dims = raw.allgather(dim0s.reshape(1, -1), _grad_name(name, "grad.dims"), ps)  # (n, tensors)
         offsets = dims[:set_rank(ps)].sum(dim=0)
@@ -89,7 +90,7 @@ class GroupedAllgatherFn(torch.autograd.Function):
 
 
 class BroadcastFn(torch.autograd.Function):
-    """dx = allreduce_Sum(dy) on the root, zeros elsewhere."""
+    """dx = allreduce_Average(dy) on the root, zeros elsewhere (as Horovod)."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, ps):
@@ -100,7 +101,7 @@ class BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = raw.allreduce(grad_output, Sum, _grad_name(ctx.name), process_set=ctx.ps)
+        reduced = raw.allreduce(grad_output, Average, _grad_name(ctx.name), process_set=ctx.ps)
         if basics.rank() != ctx.root_rank:  # root_rank is a global rank, as in Horovod
             reduced = torch.zeros_like(reduced)
         return reduced, None, None, None

@@ -1,0 +1,161 @@
+"""Reduces one step's gradients over the ranks: the part shared by DistributedGradientTape
+and the Keras DistributedOptimizer.
+
+The whole list crosses to the engine in ONE hop (one ``tf.py_function`` inside a
+``tf.function``): dense gradients as grouped allreduces (one group, or the ``groups`` the
+user asked for), so the engine negotiates them together and fuses them; ``tf.IndexedSlices``
+as allgathers of their values and indices, as Horovod does (unless ``sparse_as_dense``).
+``None`` gradients stay ``None`` (every rank must agree on which are ``None``, as in Horovod).
+"""
+import tensorflow as tf
+
+from collectives import ops as core
+from collectives.constants import Adasum, Average, Sum
+from collectives.handles import synchronize
+
+from .compression import Compression
+from .hops import run_hop
+from .naming import digest
+from .process_sets import core_kwargs, included, set_size
+
+
+def _split_evenly(items, n):
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+def check_groups(groups):
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+
+
+class GradientReducer:
+    """``reduce(grads, variables)`` returns the grads combined over the ranks with ``op``
+    (Average by default), in the same order and structure.
+
+    Engine names: ``<prefix>.<digest>.g<j>.<i>`` for member i of dense group j and
+    ``<prefix>.<digest>.s<k>.values|indices`` for sparse gradient k; the digest of the
+    dtypes and shapes makes them stable across steps (response-cache hits) and distinct
+    between different gradient lists.
+    """
+
+    def __init__(self, prefix, compression=None, op=Average, gradient_predivide_factor=1.0, groups=None,
+                 sparse_as_dense=False, process_set=None):
+        if op == Adasum:
+            raise NotImplementedError("collectives: the Adasum reduction is not supported")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        check_groups(groups)
+        core_kwargs(process_set)  # rejects unsupported process sets now rather than at the first step
+        self.prefix = prefix
+        self.compression = compression if compression is not None else Compression.none
+        self.op = op
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.groups = groups
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+    # ------------------------------------------------------------ planning
+
+    def _scale_args(self):
+        """(reduce op, prescale, postscale): Average with a predivide factor f is a Sum
+        scaled by 1/f before and f/size after."""
+        if self.op == Average and self.gradient_predivide_factor != 1.0:
+            f = self.gradient_predivide_factor
+            return Sum, 1.0 / f, f / set_size(self.process_set)
+        return self.op, 1.0, 1.0
+
+    def _dense_groups(self, dense_idx, variables):
+        """Lists of gradient positions reduced together as one grouped request."""
+        if self.groups is None:
+            return [dense_idx] if dense_idx else []
+        if isinstance(self.groups, int):
+            return [g for g in _split_evenly(dense_idx, self.groups) if g]
+        if variables is None:
+            raise ValueError("groups given as lists of variables need the variables of the gradients")
+        position = {id(v): i for i, v in enumerate(variables)}
+        remaining = list(dense_idx)
+        out = []
+        for group in self.groups:
+            members = [position[id(v)] for v in group if id(v) in position and position[id(v)] in remaining]
+            for m in members:
+                remaining.remove(m)
+            if members:
+                out.append(sorted(members))
+        out.extend([i] for i in remaining)  # variables in no group travel alone, as in Horovod
+        return out
+
+    # ------------------------------------------------------------ reduction
+
+    def reduce(self, grads, variables=None):
+        grads = list(grads)
+        if self.sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        if not included(self.process_set) or set_size(self.process_set) == 1:
+            return grads  # nothing to combine here (Horovod skips the collectives too)
+        dense_idx = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+        sparse_idx = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+        if not dense_idx and not sparse_idx:
+            return grads
+        op, pre, post = self._scale_args()
+        if sparse_idx and op not in (Sum, Average):
+            raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices; pass "
+                                      "sparse_as_dense=True")
+
+        compressed, ctxs = {}, {}
+        for i in dense_idx:
+            compressed[i], ctxs[i] = self.compression.compress(tf.convert_to_tensor(grads[i]))
+        groups = self._dense_groups(dense_idx, variables)
+        dense_order = [i for group in groups for i in group]
+        inputs = [compressed[i] for i in dense_order]
+        for i in sparse_idx:
+            inputs += [grads[i].values, grads[i].indices]
+        outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post), inputs,
+                          [t.dtype for t in inputs], "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
+
+        result = list(grads)
+        for i, out in zip(dense_order, outputs):
+            result[i] = self.compression.decompress(out, ctxs[i])
+        sparse_scale = pre * post / (set_size(self.process_set) if op == Average else 1)
+        rest = outputs[len(dense_order):]
+        for k, i in enumerate(sparse_idx):
+            values, indices = rest[2 * k], rest[2 * k + 1]
+            if sparse_scale != 1.0:
+                values = values * tf.cast(sparse_scale, values.dtype)
+            result[i] = tf.IndexedSlices(values, indices, dense_shape=grads[i].dense_shape)
+        return result
+
+    @staticmethod
+    def _out_shapes(inputs, n_dense):
+        shapes = [t.shape for t in inputs[:n_dense]]
+        for t in inputs[n_dense:]:
+            shapes.append(tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else t.shape)
+        return shapes
+
+    def _engine_fn(self, groups, n_sparse, op, pre, post):
+        """The numpy side of the hop: submit everything, then wait for everything."""
+        kw = core_kwargs(self.process_set)
+        n_dense = sum(len(g) for g in groups)
+        bounds = []
+        start = 0
+        for g in groups:
+            bounds.append((start, start + len(g)))
+            start += len(g)
+        ragged = set(range(n_dense, n_dense + 2 * n_sparse))
+
+        def reduce_arrays(arrays):
+            base = f"{self.prefix}.{digest(arrays, ragged)}"
+            handles = [core.grouped_allreduce_async(arrays[a:b], op=op, name=f"{base}.g{j}",
+                                                           prescale_factor=pre, postscale_factor=post, **kw)
+                       for j, (a, b) in enumerate(bounds)]
+            for k in range(n_sparse):
+                values, indices = arrays[n_dense + 2 * k], arrays[n_dense + 2 * k + 1]
+                handles.append(core.allgather_async(values, name=f"{base}.s{k}.values", **kw))
+                handles.append(core.allgather_async(indices, name=f"{base}.s{k}.indices", **kw))
+            out = []
+            for j, h in enumerate(handles):
+                result = synchronize(h)
+                out.extend(result if j < len(bounds) else [result])
+            return out
+
+        return reduce_arrays

@@ -1,0 +1,65 @@
+"""tf.Tensor <-> numpy for the engine, without copies where TensorFlow allows.
+
+Into the engine: ``np.asarray(eager_tensor)`` is a read-only view of the tensor's memory
+(``tensor.numpy()`` would copy). Out of the engine: results are 64-byte aligned numpy
+arrays (``collectives.arrays.aligned_empty`` or engine-allocated outputs) and reach
+TensorFlow through DLPack (``tf.experimental.dlpack.from_dlpack`` of the array's legacy
+capsule), sharing the memory. TensorFlow accepts a DLPack buffer that is not 64-byte
+aligned and then aborts the process at the first op on it, so alignment is checked here
+and anything unaligned, read-only or strided is first copied into an aligned array.
+numpy cannot export ml_dtypes.bfloat16 through DLPack: those go as uint16 and are
+reinterpreted with ``tf.bitcast`` (which shares the buffer).
+"""
+import numpy as np
+import tensorflow as tf
+
+from collectives.arrays import aligned_empty
+from collectives.errors import UnsupportedTypeError
+
+ALIGNMENT = 64
+
+SUPPORTED_DTYPES = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+                    tf.float64, tf.bool)
+
+
+def check_dtype(dtype, what="collective"):
+    dtype = tf.as_dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise UnsupportedTypeError(
+            f"{what}: collectives does not support dtype {dtype.name}; supported: uint8, int8, int16, int32, "
+            "int64, float16, bfloat16, float32, float64, bool")
+    return dtype
+
+
+def as_tensor(value, what="collective"):
+    """A tf.Tensor for ``value`` (tensors pass through; variables are read; numpy and Python
+    values are converted), with its dtype checked."""
+    tensor = value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(value)
+    check_dtype(tensor.dtype, what)
+    return tensor
+
+
+def to_numpy(tensor):
+    """A numpy view of an eager tensor's memory (read-only, no copy on CPU)."""
+    if tensor.shape.rank == 0:
+        # TF 2.21's __array__ returns a numpy scalar, not an array, for 0-d bfloat16 tensors.
+        return np.asarray(tf.reshape(tensor, [1])).reshape(())
+    return np.asarray(tensor)
+
+
+def _is_aligned(array):
+    return array.ctypes.data % ALIGNMENT == 0
+
+
+def to_tensor(array):
+    """A tf.Tensor sharing ``array``'s memory when it is aligned, contiguous and writable
+    (engine results are); otherwise a copy through an aligned buffer."""
+    array = np.asarray(array)
+    if not (array.flags.c_contiguous and array.flags.writeable and _is_aligned(array)):
+        aligned = aligned_empty(array.shape, array.dtype)
+        aligned[...] = array
+        array = aligned
+    if array.dtype.name == "bfloat16":
+        bits = tf.experimental.dlpack.from_dlpack(array.view(np.uint16).__dlpack__())
+        return tf.bitcast(bits, tf.bfloat16)
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())

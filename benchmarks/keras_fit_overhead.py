@@ -1,0 +1,100 @@
+"""Per-step cost of collectives.keras.DistributedOptimizer in model.fit, against the same fit
+without it, measured in one run.
+
+    .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/keras_fit_overhead.py [--steps 60] [--repeats 3]
+
+For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alternates
+``--repeats`` times between two fits from the same initial weights on the same data:
+  plain        model.fit with the bare Keras optimizer (no communication at all)
+  distributed  model.fit with DistributedOptimizer (one py_function hop and one grouped
+               allreduce of all gradients per step)
+A step's time is the interval between consecutive ``on_train_batch_end`` calls; the first
+--warmup steps of each fit (tracing) are dropped. Reported: the median step time of each
+variant (median over ranks of each rank's median), the difference, and the ratio. TensorFlow
+gets cores / local ranks threads per rank, as in the examples. Absolute times on a shared
+machine mean little: compare the columns of one run.
+"""
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import collectives.keras as hvd  # noqa: E402
+
+
+class StepTimer(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.ends = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.perf_counter())
+
+
+def make_model(width, seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((784,)), keras.layers.Dense(width, activation="relu"),
+                             keras.layers.Dense(width, activation="relu"), keras.layers.Dense(10)])
+
+
+def fit_step_times(width, distributed, x, y, args):
+    model = make_model(width, seed=0)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    if distributed:
+        optimizer = hvd.DistributedOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    timer = StepTimer()
+    hvd.barrier()
+    model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+    periods = np.diff(timer.ends)[args.warmup:]
+    return float(np.median(periods))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--widths", type=int, nargs="+", default=[512, 64])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    hvd.init()
+    threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    rng = np.random.default_rng(hvd.rank())
+    n = args.steps * args.batch_size
+    x = rng.normal(size=(n, 784)).astype(np.float32)
+    y = rng.integers(0, 10, size=n)
+
+    if hvd.rank() == 0:
+        print(f"# {hvd.size()} ranks, {threads} TF threads per rank, batch {args.batch_size} per rank, "
+              f"{args.steps} steps per fit ({args.warmup} dropped), {args.repeats} alternating repeats")
+        print(f"{'model':>22} {'params':>9} {'plain ms/step':>14} {'distributed ms/step':>20} "
+              f"{'overhead ms':>12} {'ratio':>6}")
+    for width in args.widths:
+        times = {False: [], True: []}
+        for _ in range(args.repeats):
+            for distributed in (False, True):
+                times[distributed].append(fit_step_times(width, distributed, x, y, args))
+        # This rank's median over repeats, then the median over ranks.
+        mine = {d: statistics.median(v) for d, v in times.items()}
+        everyone = hvd.allgather_object(mine)
+        plain = statistics.median(m[False] for m in everyone) * 1e3
+        dist = statistics.median(m[True] for m in everyone) * 1e3
+        params = make_model(width, 0).count_params()
+        if hvd.rank() == 0:
+            print(f"{'MLP 784-%d-%d-10' % (width, width):>22} {params:>9} {plain:>14.2f} {dist:>20.2f} "
+                  f"{dist - plain:>12.2f} {dist / plain:>6.2f}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""``import collectives.keras as hvd``: horovod.tensorflow.keras's names for Keras 3 (TensorFlow backend).
+
+``DistributedOptimizer`` wraps a Keras optimizer for ``model.fit`` and custom loops (a saved
+model loads with plain Keras); ``callbacks`` holds BroadcastGlobalVariablesCallback,
+MetricAverageCallback, LearningRateScheduleCallback and LearningRateWarmupCallback.
+"""
+from collectives.basics import (
+    cross_rank,
+    cross_size,
+    cuda_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
+from collectives.errors import CollectivesError
+from collectives.adapters.tensorflow.compression import Compression
+from collectives.adapters.tensorflow.keras_ops import allgather, allreduce, broadcast, load_model, reducescatter
+from collectives.adapters.tensorflow.keras_optimizer import DistributedOptimizer
+from collectives.adapters.tensorflow.mpi_ops import (
+    allgather_object,
+    barrier,
+    broadcast_object,
+    broadcast_variables,
+    join,
+)
+from collectives.adapters.tensorflow.process_sets import (
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+
+from . import callbacks  # noqa: E402  (collectives.keras.callbacks, as in Horovod)
+
+HorovodInternalError = CollectivesError

@@ -1,0 +1,11 @@
+"""``collectives.keras.callbacks``: horovod.tensorflow.keras.callbacks for Keras 3
+(implemented in ``collectives.adapters.tensorflow.keras_callbacks``)."""
+from collectives.adapters.tensorflow.keras_callbacks import (
+    BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
+    LearningRateWarmupCallback,
+    MetricAverageCallback,
+)
+
+__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
+           "LearningRateWarmupCallback"]

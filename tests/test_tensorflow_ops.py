@@ -1,0 +1,26 @@
+"""collectives.tensorflow (the horovod.tensorflow face) against numpy references on 2 and 3 real MPI ranks.
+
+Each launch runs ``tests/workers/tf_ops_worker.py`` with every family: allreduce (every TF
+dtype x Sum/Average/Min/Max/Product, scaled, deprecated ``average``, compression,
+tf.IndexedSlices), grouped allreduce, broadcast and broadcast_variables, allgather (uneven
+first dimensions, 0-d), alltoall (random splits, equal parts), reducescatter (uneven),
+gradients of every differentiable op in the four float dtypes, and misc (zero-copy and
+alignment, names inside tf.function, XLA error, mismatch errors, join, barrier, process
+sets, and that importing collectives imports no framework while the faces carry Horovod's
+names) -- each case eagerly and inside tf.function.
+"""
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from mpi_launch import assert_all_ranks_passed, run_workers  # noqa: E402
+
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+FAMILIES = ["allreduce", "grouped", "broadcast", "allgather", "alltoall", "reducescatter", "gradients", "misc"]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_tensorflow_ops(np_):
+    run = run_workers(np_, "tf_ops_worker.py", *FAMILIES, timeout=240, env=TF_ENV)
+    assert_all_ranks_passed(run, np_, min_cases=141)
+
