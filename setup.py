@@ -2,7 +2,8 @@
 
 Which MPI: $COLLECTIVES_MPICC (path to an mpicc) if set, else the mpicc next to the running
 Python (the pip `mpich` package in a virtual environment), else `mpicc` on PATH. No PyTorch
-or TensorFlow headers are involved, and no CUDA toolkit is needed.
+or TensorFlow headers are involved, and no CUDA toolkit is needed: the CUDA driver and NCCL
+are loaded at run time when present.
 """
 import os
 import shlex
@@ -77,11 +78,16 @@ SOURCES = [
     "bindings.cc",
     "buffer_math.cc",
     "coordinator.cc",
+    "device_execution.cc",
+    "dlpack_export.cc",
     "engine.cc",
     "execution.cc",
+    "gpu_loader.cc",
+    "gpu_runtime.cc",
     "log.cc",
     "message.cc",
     "mpi_backend.cc",
+    "nccl_backend.cc",
     "negotiation.cc",
     "response_cache.cc",
     "timeline.cc",
@@ -93,6 +99,7 @@ engine = Extension(
     sources=[os.path.join("csrc", s) for s in SOURCES],
     depends=[os.path.join("csrc", h) for h in os.listdir("csrc") if h.endswith(".h")],
     language="c++",
+    libraries=["dl"],  # the CUDA driver and NCCL are dlopen'ed at run time (csrc/gpu_loader.cc)
     extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
 )
 

@@ -45,7 +45,9 @@ def _start_engine(comm):
                 raise TypeError(f"init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
             address = MPI._addressof(comm)
         engine = mod.Engine()
-        code, message = engine.start(address, config.engine_config(values))
+        engine_config = config.engine_config(values)
+        engine_config.update(_gpu_libraries())
+        code, message = engine.start(address, engine_config)
         raise_for_status(code, message)
         _engine = engine
         framework_threads.apply(values["framework_threads"], engine.local_size)
@@ -54,6 +56,20 @@ def _start_engine(comm):
             # Registered after mpi4py's import, so it runs before MPI is finalized.
             atexit.register(shutdown)
             _atexit_registered = True
+
+
+def _gpu_libraries():
+    """Where the engine loads the CUDA driver and NCCL from (collectives/gpu_libs.py's search:
+    $COLLECTIVES_NCCL_LIBRARY, the nvidia-nccl wheel, the system). Finding nothing is no error:
+    GPU tensors then fail with the reason."""
+    from . import gpu_libs
+
+    search = gpu_libs.search_nccl()
+    return {
+        "cuda_driver_library": gpu_libs.CUDA_DRIVER_SONAME,
+        "nccl_library": search.found.path if search.found else "",
+        "nccl_problem": "" if search.found else search.describe_failure(),
+    }
 
 
 def shutdown():
@@ -129,12 +145,29 @@ def gloo_enabled():
 
 
 def nccl_built():
-    """Version code of the NCCL in use, 0 when none (GPU support is a later issue)."""
-    return 0
+    """Version code of the NCCL the engine loaded (22105 for 2.21.5), 0 when none. Before
+    ``init()``: the version of the NCCL that ``init()`` would load."""
+    if is_initialized():
+        return int(engine_module().gpu_info()["nccl_version"])
+    from . import gpu_libs
+
+    found = gpu_libs.find_nccl()
+    return found.version if found else 0
 
 
 def cuda_built():
-    return False
+    """Whether the CUDA driver was found (by the engine at ``init()``; before it, whether
+    libcuda.so.1 loads). A GPU device is not required."""
+    if is_initialized():
+        return bool(engine_module().gpu_info()["cuda_found"])
+    import ctypes
+
+    from . import gpu_libs
+
+    try:
+        return hasattr(ctypes.CDLL(gpu_libs.CUDA_DRIVER_SONAME), "cuDriverGetVersion")
+    except OSError:
+        return False
 
 
 def rocm_built():

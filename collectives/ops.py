@@ -1,5 +1,6 @@
 """The collective verbs on numpy arrays and any CPU array (DLPack or buffer protocol), with
-Horovod's names and signatures. Results come back in the caller's type."""
+Horovod's names and signatures. Results come back in the caller's type. Arrays in GPU memory
+go to collectives.device_ops (NCCL)."""
 import itertools
 import threading
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from . import basics
 from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
+from .device_arrays import on_device as _on_device
 from .constants import Average, OpType, ReduceOp
 from .errors import InvalidArgumentError
 from .handles import submit, synchronize
@@ -71,6 +73,9 @@ def _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, inpl
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Start an allreduce; returns a handle for ``poll``/``synchronize``. The input is not modified."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
     name = name or _auto_name("allreduce", process_set)
     conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False,
                                          process_set=process_set)
@@ -80,6 +85,9 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
 def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """In-place ``allreduce_async``: the result is written into ``tensor``."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set)
     name = name or _auto_name("allreduce", process_set)
     conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True,
                                          process_set=process_set)
@@ -101,6 +109,10 @@ def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fac
 
 def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
     tensors = list(tensors)
+    if _on_device(tensors):
+        from . import device_ops
+        return device_ops.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, inplace,
+                                                  process_set)
     group = name or _auto_name("grouped_allreduce", process_set)
     prepared = [
         _allreduce_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, inplace, group, len(tensors),
@@ -139,6 +151,9 @@ def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0, post
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Start a broadcast of ``tensor`` from ``root_rank`` (a global rank); the input is not modified."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.broadcast_async(tensor, root_rank, name, process_set)
     name = name or _auto_name("broadcast", process_set)
     conv = Converted(tensor)
     out = aligned_empty(conv.array.shape, conv.array.dtype)
@@ -148,6 +163,9 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place ``broadcast_async``: non-root ranks receive into ``tensor``."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.broadcast_async_(tensor, root_rank, name, process_set)
     name = name or _auto_name("broadcast", process_set)
     conv = Converted(tensor)
     out = _inplace_target(conv, "broadcast_")
@@ -180,6 +198,9 @@ def _allgather_prepare(tensor, name, group="", group_size=0, process_set=None):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start an allgather: concatenation over ranks along the first dimension, which may differ."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.allgather_async(tensor, name, process_set)
     name = name or _auto_name("allgather", process_set)
     keep, spec, finish = _allgather_prepare(tensor, name, process_set=process_set)
     return submit([spec], lambda outcomes: finish(outcomes[0]), keep)
@@ -192,6 +213,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Allgather each tensor of a list, negotiated together; the handle resolves to the list."""
     tensors = list(tensors)
+    if _on_device(tensors):
+        from . import device_ops
+        return device_ops.grouped_allgather_async(tensors, name, process_set)
     group = name or _auto_name("grouped_allgather", process_set)
     prepared = [_allgather_prepare(t, f"{group}.{i}", group, len(tensors), process_set)
                 for i, t in enumerate(tensors)]
@@ -209,6 +233,9 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Start an alltoall: rows ``splits[i]`` of the first dimension go to the set's i-th rank
     (equal parts when ``splits`` is None)."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.alltoall_async(tensor, splits, name, process_set)
     name = name or _auto_name("alltoall", process_set)
     conv = Converted(tensor)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
@@ -249,6 +276,9 @@ def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, post
                         process_set=global_process_set):
     """Start a reducescatter: reduce over the set's ranks, its i-th rank keeps the i-th block
     of rows (the first ``dim0 % n`` ranks get one extra row)."""
+    if _on_device(tensor):
+        from . import device_ops
+        return device_ops.reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
     name = name or _auto_name("reducescatter", process_set)
     conv, out, spec = _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor,
                                              process_set=process_set)
@@ -264,6 +294,10 @@ def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=
                                 process_set=global_process_set):
     """Reducescatter each tensor of a list, negotiated together; the handle resolves to the list."""
     tensors = list(tensors)
+    if _on_device(tensors):
+        from . import device_ops
+        return device_ops.grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
+                                                      process_set)
     group = name or _auto_name("grouped_reducescatter", process_set)
     prepared = [_reducescatter_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, group,
                                        len(tensors), process_set)

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "gpu_loader.h"
 #include "log.h"
 
 namespace collectives {
@@ -255,6 +256,10 @@ Status Engine::Setup(MPI_Comm comm) {
   spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
   Status st = backend_.Init();
   if (!st.ok()) return st;
+  // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
+  // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
+  gpu::Libraries::Get().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
+  nccl_.reset(new NcclBackend());
   ProcessSet everyone;
   everyone.comm = comm_;
   everyone.set_rank = rank_;
@@ -281,6 +286,10 @@ void Engine::Teardown() {
     running_ = false;
   }
   FailAll(stopped_status_);
+  // GPU work already launched finishes (or is aborted after a grace period) and completes its
+  // handles; then the NCCL communicators go.
+  if (nccl_) nccl_->Shutdown(stopped_status_);
+  nccl_.reset();
   timeline_.Stop();
   // Every rank leaves the loop in the same cycle. After the barrier no wake message is in
   // flight any more: receive what arrived, then release the communicators.
@@ -398,6 +407,15 @@ void Engine::SendWake() {
 
 Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles) {
   const auto now = Clock::now();
+  // GPU tensors: find their device and record the producer's stream position, on this
+  // (the producer's) thread, before the engine can see them.
+  std::vector<gpu::EventPtr> ready(subs.size());
+  std::vector<int32_t> devices(subs.size(), -1);
+  for (size_t k = 0; k < subs.size(); ++k) {
+    if (subs[k].request.device == -1) continue;
+    Status st = PrepareDeviceSubmission(subs[k], &ready[k], &devices[k]);
+    if (!st.ok()) return st;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!running_ || shutdown_requested_) return stopped_status_;
   for (Submission& s : subs) {
@@ -428,11 +446,14 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
                            "operation completes (submitted: " + JoinNames(subs) + ")");
   }
   std::lock_guard<std::mutex> hlock(handles_mu_);
-  for (Submission& s : subs) {
+  for (size_t k = 0; k < subs.size(); ++k) {
+    Submission& s = subs[k];
     Pending p;
     p.request = std::move(s.request);
     p.input = s.input;
     p.output = s.output;
+    p.gpu_device = devices[k];
+    p.ready = std::move(ready[k]);
     p.handle = next_handle_++;
     p.enqueued = now;
     in_flight_.insert(p.request.name);

@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "coordinator.h"
+#include "gpu_runtime.h"
 #include "message.h"
 #include "mpi_backend.h"
+#include "nccl_backend.h"
 #include "process_set.h"
 #include "response_cache.h"
 #include "status.h"
@@ -40,6 +42,10 @@ struct EngineConfig {
   bool timeline_mark_cycles = false;
   double stall_check_s = 60.0;
   double stall_shutdown_s = 0.0;
+  // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
+  std::string cuda_driver_library = "libcuda.so.1";
+  std::string nccl_library;  // empty: not found, and nccl_problem says why
+  std::string nccl_problem;
 };
 
 // 64-byte aligned host memory owned by the engine (outputs whose size is known only after
@@ -59,17 +65,20 @@ class HostBuffer {
 };
 
 // What a caller asks for: the request plus its buffers (output may be null when the engine
-// allocates it: allgather, alltoall).
+// allocates it: allgather, alltoall). Tensors in GPU memory have request.device >= 0 (or -2:
+// a device the engine must find out from the pointer) and the producer's stream.
 struct Submission {
   Request request;
   const void* input = nullptr;
   void* output = nullptr;
+  uintptr_t stream = 0;
 };
 
 // A finished operation as seen from Python.
 struct Result {
   Status status;
   std::shared_ptr<HostBuffer> output;  // engine-allocated output, if any
+  std::shared_ptr<gpu::DeviceBuffer> device_output;  // the same, in GPU memory
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;  // alltoall
   int64_t value = 0;  // join: the last rank to join; process-set creation: the new set's id
@@ -93,6 +102,8 @@ class Engine {
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
   int mpi_thread_level() const { return thread_level_; }
+  // The GPU this process uses (-1 until a GPU tensor is submitted).
+  int gpu_device() const { return gpu_device_; }
 
   // Enqueues all submissions atomically (a group is negotiated together) or none.
   Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles);
@@ -115,6 +126,8 @@ class Engine {
     int cache_bit = -1;       // >= 0 while waiting on the cached path
     bool reported = false;    // sent to the coordinator
     bool stall_flagged = false;
+    int32_t gpu_device = -1;  // the local GPU (request.device only says "GPU": ranks use different ones)
+    gpu::EventPtr ready;      // recorded on the producer's stream at enqueue
   };
 
   // engine.cc
@@ -150,6 +163,19 @@ class Engine {
   void Finish(Pending& p, Result&& result);
   const ProcessSet* FindSet(int32_t id) const;
 
+  // device_execution.cc: tensors in GPU memory, on the NCCL backend.
+  Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);
+  void ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
+                          const std::vector<Pending*>& entries);
+  Status RunDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
+                        const std::vector<Pending*>& entries, std::vector<Result>* results,
+                        std::vector<std::shared_ptr<void>>* keep);
+  Status RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Result* result,
+                   std::vector<std::shared_ptr<void>>* keep);
+  int64_t MaxFusedBytes(const Response& r) const;
+  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
+  void FinishDevice(int64_t handle, const std::string& name, Result&& result);
+
   EngineConfig config_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = 0;
@@ -159,6 +185,8 @@ class Engine {
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
   MpiBackend backend_;
+  std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
+  std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
   std::atomic<bool> running_{false};
   // Short spins before sleeping save the wake-up latency of a condition variable (tens of

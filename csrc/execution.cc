@@ -94,17 +94,26 @@ std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>&
     plan.push_back({i});
     if (!Fusable(responses[i])) continue;
     int64_t bytes = Bytes(responses[i]);
-    if (bytes > kMaxFusedTensorBytes) continue;
+    const int64_t cap = MaxFusedBytes(responses[i]);  // the same for every response of this key
+    if (bytes > cap) continue;
     for (size_t j = i + 1; j < responses.size(); ++j) {
       if (assigned[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
       const int64_t b = Bytes(responses[j]);
-      if (b > kMaxFusedTensorBytes || bytes + b > config_.fusion_threshold) continue;
+      if (b > cap || bytes + b > config_.fusion_threshold) continue;
       bytes += b;
       assigned[j] = true;
       plan.back().push_back(j);
     }
   }
   return plan;
+}
+
+int64_t Engine::MaxFusedBytes(const Response& r) const {
+  if (r.device < 0) return kMaxFusedTensorBytes;
+  // GPU: copies run at hundreds of GB/s while each NCCL launch costs tens of microseconds,
+  // so everything up to the threshold is fused (Horovod's rule); reductions NCCL cannot do
+  // are staged through the host one by one.
+  return NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale) ? config_.fusion_threshold : 0;
 }
 
 void Engine::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
@@ -365,6 +374,18 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
         if (entries[i]) timeline_.End(responses[i].name);  // QUEUE
     const size_t i = group[0];
     if (!sets[i]) continue;  // members of a fused group share the process set
+    if (responses[i].device >= 0 && IsDataOp(responses[i].op) && responses[i].op != OpType::BARRIER &&
+        responses[i].error.empty()) {
+      // GPU memory: NCCL on the engine stream; handles complete when the GPU is done.
+      std::vector<const Response*> rs;
+      std::vector<Pending*> ps;
+      for (size_t k : group) {
+        rs.push_back(&responses[k]);
+        ps.push_back(entries[k]);
+      }
+      ExecuteDeviceGroup(*sets[i], rs, ps);
+      continue;
+    }
     if (group.size() > 1) {
       std::vector<const Response*> rs;
       std::vector<Pending*> ps;

@@ -313,11 +313,21 @@ def _describe_state(state):
         desc = {}
         for key, value in entries.items():
             if isinstance(value, torch.Tensor):
-                desc[key] = ("tensor", tuple(value.shape), str(value.dtype).replace("torch.", ""))
+                desc[key] = ("tensor", tuple(value.shape), str(value.dtype).replace("torch.", ""), value.device.type)
             else:
                 desc[key] = ("value", value)
         out[pid] = desc
     return out
+
+
+def _state_device(device_type, params, pid):
+    """Where a state tensor the root has on ``device_type`` lives here: its parameter's GPU
+    (ranks use different ones), or this process's current one; the CPU for CPU state."""
+    if device_type != "cuda":
+        return torch.device("cpu")
+    if isinstance(pid, int) and 0 <= pid < len(params) and params[pid].is_cuda:
+        return params[pid].device
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
@@ -341,6 +351,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
                                         process_set=process_set)
 
     local = state_dict["state"]
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict's ids index these
     new_state, handles = {}, []
     for pid in sorted(desc["state"], key=str):
         entries = {}
@@ -350,10 +361,11 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
                 entries[key] = rest[0]
                 continue
             shape, dtype = rest[0], getattr(torch, rest[1])
+            device = _state_device(rest[2] if len(rest) > 2 else "cpu", params, pid)
             tensor = local.get(pid, {}).get(key)
             if not (isinstance(tensor, torch.Tensor) and tuple(tensor.shape) == shape and tensor.dtype == dtype
-                    and tensor.is_contiguous()):
-                tensor = torch.empty(shape, dtype=dtype)
+                    and tensor.is_contiguous() and tensor.device.type == device.type):
+                tensor = torch.empty(shape, dtype=dtype, device=device)
             entries[key] = tensor
             handles.append(core.broadcast_async_(to_numpy(tensor), root_rank,
                                                         name=f"broadcast_optimizer_state.{pid}.{key}",

@@ -5,10 +5,17 @@ tensor's memory, and results come back through ``torch.from_numpy`` (sharing the
 output). bfloat16 has no numpy dtype in torch, so its storage is viewed as int16 bits and
 reinterpreted as ``ml_dtypes.bfloat16`` (and the reverse on the way back). Non-contiguous
 tensors are accepted (the layer below copies them; in-place results are written back).
+
+CUDA tensors cannot be numpy arrays: ``to_numpy`` passes them through unchanged and
+``collectives.ops`` sends them to its GPU path (collectives/device_ops.py), which sees them
+through the Kind registered below (pointer, shape, device, the current CUDA stream) and gives
+torch tensors back.
 """
 import numpy as np
 import torch
 
+from collectives import device_arrays
+from collectives.constants import DataType
 from collectives.errors import InvalidArgumentError, UnsupportedTypeError
 
 _SUPPORTED = {
@@ -34,11 +41,10 @@ def _bf16_numpy_dtype():
 def check_tensor(tensor, what="collective"):
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type not in ("cpu", "cuda"):
         raise UnsupportedTypeError(
-            f"{what}: tensors on device '{tensor.device}' are not supported yet (collectives.torch "
-            "handles CPU tensors only; GPU support comes with the NCCL backend). Move the tensor "
-            "to the CPU with .cpu() first.")
+            f"{what}: tensors on device '{tensor.device}' are not supported (collectives.torch takes CPU "
+            "and CUDA tensors). Move the tensor with .cpu() or .cuda() first.")
     if tensor.layout != torch.strided:
         raise UnsupportedTypeError(f"{what}: {tensor.layout} tensors are not supported; use a dense tensor")
     if tensor.dtype not in _SUPPORTED:
@@ -49,17 +55,23 @@ def check_tensor(tensor, what="collective"):
 
 
 def to_numpy(tensor, what="collective"):
-    """A numpy view sharing ``tensor``'s memory (strided like the tensor)."""
+    """A numpy view sharing ``tensor``'s memory (strided like the tensor); CUDA tensors come
+    back as themselves (detached), for the GPU path of collectives.ops."""
     t = check_tensor(tensor, what).detach()
     if t.is_conj() or t.is_neg():  # lazy views without materialized memory
         t = t.resolve_conj().resolve_neg()
+    if t.is_cuda:
+        return t
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(_bf16_numpy_dtype())
     return t.numpy()
 
 
 def from_numpy(array):
-    """A torch tensor sharing ``array``'s memory (bfloat16 for ml_dtypes.bfloat16 arrays)."""
+    """A torch tensor sharing ``array``'s memory (bfloat16 for ml_dtypes.bfloat16 arrays).
+    Torch tensors (results of the GPU path) pass through."""
+    if isinstance(array, torch.Tensor):
+        return array
     array = np.asarray(array)
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(_writable(array.view(np.int16))).view(torch.bfloat16)
@@ -75,6 +87,44 @@ def _writable(array):
 def from_numpy_like(array, like):
     out = from_numpy(array)
     return out if out.dtype == like.dtype else out.to(like.dtype)
+
+
+_ENGINE_DTYPES = {
+    torch.uint8: DataType.UINT8, torch.int8: DataType.INT8, torch.int16: DataType.INT16,
+    torch.int32: DataType.INT32, torch.int64: DataType.INT64, torch.float16: DataType.FLOAT16,
+    torch.bfloat16: DataType.BFLOAT16, torch.float32: DataType.FLOAT32, torch.float64: DataType.FLOAT64,
+    torch.bool: DataType.BOOL,
+}
+
+
+class _CudaTensors(device_arrays.Kind):
+    """How collectives.ops sees CUDA tensors: the producer's stream is torch's current stream
+    on the tensor's device (the autograd engine sets it to the stream backward ran on, so
+    gradient hooks report the right one); outputs come from torch's caching allocator, and
+    engine-allocated ones (allgather, alltoall) are adopted with torch.from_dlpack."""
+
+    def is_device(self, t):
+        return isinstance(t, torch.Tensor) and t.is_cuda
+
+    def describe(self, t):
+        check_tensor(t)
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        return t.data_ptr(), tuple(t.shape), _ENGINE_DTYPES[t.dtype], t.device.index, stream, t.is_contiguous()
+
+    def contiguous(self, t):
+        return t.contiguous()
+
+    def empty(self, like, shape, dtype, device):
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def copy_into(self, dst, src):
+        dst.copy_(src)
+
+    def adopt(self, buffer, like):
+        return torch.from_dlpack(buffer)
+
+
+device_arrays.register("torch", _CudaTensors())
 
 
 class TorchHandle:

@@ -1,0 +1,290 @@
+// Tensors in GPU memory: their submission (on the caller's thread) and the execution of
+// their negotiated responses on the NCCL backend, or, for the few reductions NCCL cannot do
+// (int16, scaled Min/Max/Product, scaled integers), staged through host memory and MPI with
+// the host path's own arithmetic. Handles complete from the backend's completion thread once
+// the GPU has finished.
+#include <cstring>
+
+#include "engine.h"
+#include "gpu_loader.h"
+#include "log.h"
+
+namespace collectives {
+namespace {
+
+int64_t Bytes(const Response& r) { return NumElements(r.shape) * DataTypeSize(r.dtype); }
+
+std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+std::string DeviceEvent(OpType op) { return std::string("NCCL_") + OpTypeName(op); }
+
+char* At(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
+
+// Bytes of one row (first-dimension slice) of a request's tensor.
+int64_t RowBytes(const Request& q) {
+  const int64_t n = NumElements(q.shape);
+  int64_t row_elems = 1;
+  if (!q.shape.empty())
+    row_elems = q.shape[0] == 0 ? NumElements(std::vector<int64_t>(q.shape.begin() + 1, q.shape.end())) : n / q.shape[0];
+  return row_elems * DataTypeSize(q.dtype);
+}
+
+bool Staged(const Response& r) {
+  return (r.op == OpType::ALLREDUCE || r.op == OpType::REDUCESCATTER) &&
+         !NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale);
+}
+
+}  // namespace
+
+Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device) {
+  Request& q = s.request;
+  const std::string where = " (tensor '" + q.name + "')";
+  if (!gpu::Libraries::Get().available())
+    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "tensor '" + q.name +
+                                                           "' is in GPU memory, but collectives cannot use GPUs here: " +
+                                                           gpu::Libraries::Get().problem());
+  if (!IsDataOp(q.op) || q.op == OpType::BARRIER)
+    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " takes no GPU tensor" + where);
+  gpu::Runtime& rt = gpu::Runtime::Get();
+  int dev = q.device;
+  const void* any = s.input ? s.input : s.output;
+  if (any) {
+    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(any), q.device, &dev);
+    if (!st.ok()) return Status::Error(st.code, st.message + where);
+  }
+  if (s.output && s.input && s.output != s.input) {
+    int out_dev = dev;
+    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(s.output), dev, &out_dev);
+    if (!st.ok()) return Status::Error(st.code, "output: " + st.message + where);
+  }
+  if (dev < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot tell which GPU holds the tensor" + where);
+  // One GPU per process, as in Horovod (each rank binds to its local_rank()'s GPU): the
+  // communicators are per process set, and a rank's tensors must all use the same device.
+  int expected = -1;
+  if (!gpu_device_.compare_exchange_strong(expected, dev) && expected != dev)
+    return Status::Error(StatusCode::INVALID_ARGUMENT,
+                         "collectives uses one GPU per process: this process uses GPU " + std::to_string(expected) +
+                             ", but the tensor is on GPU " + std::to_string(dev) +
+                             " (bind each rank to one device, e.g. torch.cuda.set_device(local_rank()))" + where);
+  Status st = rt.RecordEvent(dev, s.stream, ready);
+  if (!st.ok()) return Status::Error(st.code, st.message + where);
+  *device = dev;
+  q.device = 0;  // what ranks negotiate is "GPU memory"; each one uses its own GPU
+  return Status::Ok();
+}
+
+void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(name);  // only now may the name be submitted again
+  }
+  if (timeline_.active()) {
+    timeline_.End(name);  // NCCL_<OP>
+    timeline_.End(name);  // <OP>
+  }
+  CompleteHandle(handle, std::move(result));
+}
+
+void Engine::ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
+                                const std::vector<Pending*>& entries) {
+  if (timeline_.active())
+    for (Pending* p : entries)
+      if (p) timeline_.Begin(p->request.name, DeviceEvent(group[0]->op));
+  std::vector<Result> results(group.size());
+  std::vector<std::shared_ptr<void>> keep;
+  Status st = RunDeviceGroup(ps, group, entries, &results, &keep);
+  if (!st.ok() && st.code == StatusCode::INTERNAL) {
+    // This rank's part did not run as the others' did: abort the set's communicator so that
+    // what follows on it fails instead of running out of step.
+    Log(LogLevel::ERROR, st.message);
+    if (nccl_) nccl_->Abort(ps.id, st.message);
+  }
+
+  struct Item {
+    int64_t handle;
+    std::string name;
+    Result result;
+  };
+  auto items = std::make_shared<std::vector<Item>>();
+  for (size_t k = 0; k < group.size(); ++k)
+    if (entries[k]) items->push_back(Item{entries[k]->handle, entries[k]->request.name, std::move(results[k])});
+  auto finish = [this, items](const Status& outcome) {
+    for (Item& it : *items) {
+      if (!outcome.ok()) it.result = Result();
+      it.result.status = outcome;
+      FinishDevice(it.handle, it.name, std::move(it.result));
+    }
+  };
+  if (!nccl_ || !nccl_->started()) {
+    finish(st);  // nothing was put on a GPU stream
+    return;
+  }
+  // Even after a failure, work may be queued on the stream over the callers' buffers: the
+  // handles complete only once the stream has passed it.
+  nccl_->Complete(ps.id, [finish, st](const Status& done) { finish(st.ok() ? done : st); }, std::move(keep));
+}
+
+Status Engine::RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Result* result,
+                         std::vector<std::shared_ptr<void>>* keep) {
+  const Request& q = p->request;
+  const int64_t esize = DataTypeSize(q.dtype);
+  const int64_t n = NumElements(q.shape);
+  int64_t out_n = n;
+  if (r.op == OpType::REDUCESCATTER) {
+    const int64_t dim0 = q.shape[0], members = ps.size();
+    out_n = (dim0 / members + (ps.set_rank < dim0 % members ? 1 : 0)) * (RowBytes(q) / esize);
+  }
+  auto in = std::make_shared<HostBuffer>(n * esize);
+  auto out = std::make_shared<HostBuffer>(out_n * esize);
+  keep->push_back(in);
+  keep->push_back(out);
+  Status local = nccl_->Start(p->gpu_device, spin_);
+  if (local.ok()) local = nccl_->WaitFor(p->ready);
+  if (local.ok()) local = nccl_->CopyDeviceToHost(in->data(), p->input, n * esize);
+  if (local.ok()) local = nccl_->Synchronize();
+  // The other members are about to enter the MPI call: take part even after a local failure.
+  if (!local.ok() && n) std::memset(in->data(), 0, static_cast<size_t>(n * esize));
+  Pending host = *p;
+  host.input = in->data();
+  host.output = out->data();
+  Status st = ExecuteOne(ps, r, host, result);
+  if (!local.ok()) return local;
+  if (!st.ok()) return st;
+  return nccl_->CopyHostToDevice(p->output, out->data(), out_n * esize);
+}
+
+Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
+                              const std::vector<Pending*>& entries, std::vector<Result>* results,
+                              std::vector<std::shared_ptr<void>>* keep) {
+  const Response& r = *group[0];
+  if (Staged(r)) {
+    // No NCCL involved: every member decides the same from the response alone. (Only empty
+    // tensors share a fusion group here: MaxFusedBytes is 0 for these.)
+    Status first;
+    for (size_t k = 0; k < group.size(); ++k) {
+      // A joined rank contributes zeros over MPI, like the others' staged data.
+      Status st = entries[k] ? RunStaged(ps, *group[k], entries[k], &(*results)[k], keep)
+                             : ExecuteJoinedAllreduce(ps, *group[k]);
+      if (first.ok()) first = st;
+    }
+    return first;
+  }
+  // This process's GPU; a joined rank that never submitted a GPU tensor takes its local
+  // rank's device, the usual binding.
+  int dev = gpu_device_;
+  if (dev < 0 && gpu::Libraries::Get().available()) {
+    const int count = gpu::Runtime::Get().DeviceCount();
+    if (count > 0) dev = local_rank_ % count;
+  }
+  Status local = dev >= 0 ? nccl_->Start(dev, spin_)
+                          : Status::Error(StatusCode::UNSUPPORTED_TYPE,
+                                          "this rank cannot take part in a GPU collective: " +
+                                              (gpu::Libraries::Get().available() ? std::string("no GPU device")
+                                                                                 : gpu::Libraries::Get().problem()));
+  gpu::ncclComm comm;
+  Status st = nccl_->Communicator(ps, &comm);  // collective the first time for this set
+  if (!st.ok()) return local.ok() ? st : local;
+  for (Pending* p : entries) {
+    if (!p) continue;
+    st = nccl_->WaitFor(p->ready);
+    p->ready.reset();  // the wait is enqueued; the event may be recorded again
+    if (!st.ok()) return st;
+  }
+
+  const int64_t esize = DataTypeSize(r.dtype);
+  switch (r.op) {
+    case OpType::ALLREDUCE: {
+      if (group.size() == 1 && entries[0]) {
+        Pending* p = entries[0];
+        return nccl_->Allreduce(ps.id, p->input, p->output, NumElements(r.shape), r.dtype, r.reduce_op, r.prescale,
+                                r.postscale, ps.size());
+      }
+      // Fused (or a joined rank's zeros): one NCCL call over the device fusion buffer.
+      int64_t total = 0;
+      for (const Response* g : group) total += Bytes(*g);
+      void* buf = nullptr;
+      st = nccl_->FusionBuffer(total, &buf);
+      if (!st.ok()) return st;
+      int64_t off = 0;
+      for (size_t k = 0; k < group.size() && st.ok(); ++k) {
+        const int64_t b = Bytes(*group[k]);
+        st = entries[k] ? nccl_->CopyDeviceToDevice(At(buf, off), entries[k]->input, b) : nccl_->Zero(At(buf, off), b);
+        off += b;
+      }
+      if (st.ok())
+        st = nccl_->Allreduce(ps.id, buf, buf, total / esize, r.dtype, r.reduce_op, r.prescale, r.postscale, ps.size());
+      off = 0;
+      for (size_t k = 0; k < group.size() && st.ok(); ++k) {
+        const int64_t b = Bytes(*group[k]);
+        if (entries[k]) st = nccl_->CopyDeviceToDevice(entries[k]->output, At(buf, off), b);
+        off += b;
+      }
+      return st;
+    }
+    case OpType::BROADCAST: {
+      Pending* p = entries[0];
+      return nccl_->Broadcast(ps.id, p->input, p->output, NumElements(p->request.shape) * esize, ps.IndexOf(r.root));
+    }
+    case OpType::ALLGATHER: {
+      Pending* p = entries[0];
+      const Request& q = p->request;
+      const int64_t row_bytes = RowBytes(q);
+      std::vector<int64_t> counts;
+      int64_t rows = 0;
+      for (int64_t d : r.rank_dim0) {
+        counts.push_back(d * row_bytes);
+        rows += d;
+      }
+      Result& res = (*results)[0];
+      st = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      if (!st.ok()) return st;
+      res.output_shape = q.shape;
+      res.output_shape[0] = rows;
+      res.device_output->shape = res.output_shape;
+      res.device_output->dtype = q.dtype;
+      return nccl_->Allgatherv(ps.id, p->input, res.device_output->data(), counts, Prefix(counts), ps.set_rank);
+    }
+    case OpType::ALLTOALL: {
+      Pending* p = entries[0];
+      const Request& q = p->request;
+      const int64_t row_bytes = RowBytes(q);
+      const int n_set = ps.size(), me = ps.set_rank;
+      Result& res = (*results)[0];
+      std::vector<int64_t> send_counts, recv_counts;
+      int64_t rows = 0;
+      for (int peer = 0; peer < n_set; ++peer) {
+        send_counts.push_back(r.split_matrix[static_cast<size_t>(me * n_set + peer)] * row_bytes);
+        const int64_t recv_rows = r.split_matrix[static_cast<size_t>(peer * n_set + me)];
+        recv_counts.push_back(recv_rows * row_bytes);
+        res.received_splits.push_back(recv_rows);
+        rows += recv_rows;
+      }
+      st = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      if (!st.ok()) return st;
+      res.output_shape = q.shape;
+      res.output_shape[0] = rows;
+      res.device_output->shape = res.output_shape;
+      res.device_output->dtype = q.dtype;
+      return nccl_->Alltoallv(ps.id, p->input, send_counts, Prefix(send_counts), res.device_output->data(), recv_counts,
+                              Prefix(recv_counts), me);
+    }
+    case OpType::REDUCESCATTER: {
+      Pending* p = entries[0];
+      const Request& q = p->request;
+      const int64_t dim0 = q.shape[0], row_elems = RowBytes(q) / esize;
+      const int n_set = ps.size();
+      std::vector<int64_t> counts;
+      for (int peer = 0; peer < n_set; ++peer) counts.push_back((dim0 / n_set + (peer < dim0 % n_set ? 1 : 0)) * row_elems);
+      return nccl_->ReduceScatter(ps.id, p->input, p->output, counts, r.dtype, r.reduce_op, r.prescale, r.postscale,
+                                  ps.set_rank);
+    }
+    default:
+      return Status::Error(StatusCode::INTERNAL, std::string("internal: ") + OpTypeName(r.op) + " on the GPU path");
+  }
+}
+
+}  // namespace collectives
