@@ -1,5 +1,6 @@
 """Reduction operations and the engine's enumerations (numbering as in csrc/types.h)."""
 import enum
+import warnings
 
 
 class ReduceOp(enum.IntEnum):
@@ -18,6 +19,21 @@ Adasum = ReduceOp.ADASUM
 Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
+
+
+def resolve_op(op, average, stacklevel=2):
+    """Horovod's rule for the faces' ``op``/``average`` pair: ``op`` wins; the deprecated
+    ``average`` bool maps to Average/Sum; the default is Average. ``stacklevel`` points the
+    deprecation warning at the user's call."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=stacklevel)
+        return Average if average else Sum
+    return Average
 
 
 class OpType(enum.IntEnum):

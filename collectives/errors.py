@@ -4,6 +4,10 @@
 class CollectivesError(RuntimeError):
     """Base class of every error raised by collectives."""
 
+    # Autograph re-raises an error from a traced tf.function with its own type only when the
+    # type's constructor is Exception's; otherwise the user sees a generic StagingError.
+    __init__ = Exception.__init__
+
 
 class NotInitializedError(CollectivesError, ValueError):
     """An operation was called before ``init()`` (a ValueError, as in Horovod)."""

@@ -4,12 +4,11 @@ of the differentiable verbs (adapters.tensorflow.functions). They work eagerly a
 compatibility and ignored (names are never prefixed with TensorFlow name scopes, so they
 match across ranks whatever scopes the ranks are in).
 """
-import warnings
 
 import tensorflow as tf
 
 from collectives import basics, objects
-from collectives.constants import Adasum, Average, Sum
+from collectives.constants import Adasum, Average, Sum, resolve_op
 
 from . import functions as fn
 from . import ops as raw
@@ -24,15 +23,7 @@ not_converted = tf.autograph.experimental.do_not_convert
 
 def handle_average_backwards_compatibility(op, average):
     """Horovod's rule: ``op`` wins; the deprecated ``average`` bool maps to Average/Sum; default Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=4)  # user -> do_not_convert wrapper -> verb -> here
-        return Average if average else Sum
-    return Average
+    return resolve_op(op, average, stacklevel=5)  # user -> do_not_convert wrapper -> verb -> here
 
 
 def _sparse_allreduce(slices, op, name, prescale_factor, postscale_factor, process_set):

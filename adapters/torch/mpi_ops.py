@@ -1,10 +1,8 @@
 """horovod.torch's collective functions, with Horovod's signatures and semantics, on top of
 the torch verbs (adapters.torch.ops) and their autograd Functions (adapters.torch.functions)."""
-import warnings
-
 from collectives import basics, objects
 from collectives import ops as core
-from collectives.constants import Average, Sum
+from collectives.constants import Average, resolve_op
 from collectives.process_sets import (  # noqa: F401 - re-exported
     ProcessSet,
     add_process_set,
@@ -37,15 +35,7 @@ def check_process_set(process_set):
 
 def handle_average_backwards_compatibility(op, average):
     """Horovod's rule: ``op`` wins; the deprecated ``average`` bool maps to Average/Sum; default Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
+    return resolve_op(op, average, stacklevel=4)  # user -> verb -> here
 
 
 # ---------------------------------------------------------------- allreduce
