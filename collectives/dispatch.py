@@ -83,8 +83,9 @@ VERBS = {name: _dispatching(getattr(_core, name)) for name in _VERBS}
 
 def poll(handle):
     """True when an asynchronous operation (of any face) has finished."""
-    return handle.poll() if not isinstance(handle, _handles.Handle) and hasattr(handle, "poll") \
-        else _handles.poll(handle)
+    if not isinstance(handle, _handles.Handle) and hasattr(handle, "poll"):
+        return handle.poll()
+    return _handles.poll(handle)
 
 
 def synchronize(handle):

@@ -1,54 +1,22 @@
-"""Gradient compression for allreduce, as in horovod.torch.compression."""
+"""Gradient compression for allreduce, as in horovod.torch.compression (the logic lives in
+collectives.compression; this gives it torch's dtypes and cast)."""
 import torch
 
-
-class Compressor:
-    """Interface: ``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx) -> tensor``."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+from collectives.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401 - re-exported
 
 
-class NoneCompressor(Compressor):
-    """No compression."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+class _TorchCast(CastCompressor):
+    is_float = staticmethod(lambda dtype: dtype.is_floating_point)
+    cast = staticmethod(lambda tensor, dtype: tensor.to(dtype))
 
 
-class _CastCompressor(Compressor):
-    """Floating-point tensors travel as ``wire_dtype``; others pass through."""
-
-    wire_dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire_dtype:
-            return tensor.to(cls.wire_dtype), tensor.dtype
-        return tensor, None
-
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TorchCast):
     """Floating-point tensors travel as float16."""
 
     wire_dtype = torch.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TorchCast):
     """Floating-point tensors travel as bfloat16 (float32's range, fewer mantissa bits)."""
 
     wire_dtype = torch.bfloat16
