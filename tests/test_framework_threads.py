@@ -27,11 +27,12 @@ import collectives as hvd
 hvd.init()
 import tensorflow as tf
 tf.constant(1.0) + 1.0
-print("RESULT", hvd.rank(), torch.get_num_threads(), os.environ.get("TF_NUM_INTRAOP_THREADS"), flush=True)
+with open(os.path.join(os.environ["RESULT_DIR"], str(hvd.rank())), "w") as f:
+    f.write(f"{hvd.rank()} {torch.get_num_threads()} {os.environ.get('TF_NUM_INTRAOP_THREADS')}")
 """
 
 
-def test_defaults_and_user_settings_under_mpirun():
+def test_defaults_and_user_settings_under_mpirun(tmp_path):
     """One launch of three ranks (MPMD): rank 0 with defaults, rank 1 with the knob set to 3,
     rank 2 with OMP_NUM_THREADS / TF_NUM_INTRAOP_THREADS set to 2."""
     pytest.importorskip("torch")
@@ -39,12 +40,13 @@ def test_defaults_and_user_settings_under_mpirun():
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "COLLECTIVES_FRAMEWORK_THREADS")}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["RESULT_DIR"] = str(tmp_path)  # files, not stdout: the ranks' output lines can interleave
     rank = [sys.executable, "-c", WORKER]
     cmd = [mpirun_path(), "-np", "1", *rank, ":",
            "-np", "1", "-env", "COLLECTIVES_FRAMEWORK_THREADS", "3", *rank, ":",
            "-np", "1", "-env", "OMP_NUM_THREADS", "2", "-env", "TF_NUM_INTRAOP_THREADS", "2", *rank]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    got = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    got = sorted(f.read_text().split() for f in tmp_path.iterdir())
     n = str(max(1, CORES // 3))
     assert got == [["0", n, n], ["1", "3", "3"], ["2", "2", "2"]], proc.stdout + proc.stderr
