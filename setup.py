@@ -76,6 +76,7 @@ class BuildEngine(build_ext):
 
 SOURCES = [
     "bindings.cc",
+    "buffer_pool.cc",
     "buffer_math.cc",
     "coordinator.cc",
     "device_execution.cc",
@@ -84,6 +85,7 @@ SOURCES = [
     "execution.cc",
     "gpu_loader.cc",
     "gpu_runtime.cc",
+    "handle_table.cc",
     "log.cc",
     "message.cc",
     "mpi_backend.cc",
@@ -92,6 +94,7 @@ SOURCES = [
     "response_cache.cc",
     "timeline.cc",
     "types.cc",
+    "validation.cc",
 ]
 
 engine = Extension(

@@ -80,8 +80,11 @@ KNOBS = {
     "stall_check_s": Knob("STALL_CHECK_TIME_SECONDS", _non_negative_float, 60.0,
                           "Warn when a tensor was submitted by some ranks but not all for this long."),
     "stall_check_disable": Knob("STALL_CHECK_DISABLE", _parse_bool, False, "Turn the stall warning off."),
-    "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", _non_negative_float, 0.0,
-                             "Shut the engine down (pending operations fail) after a stall this long; 0: never."),
+    # 30 minutes: torch.distributed's default collective timeout. A stalled job ends with an
+    # error instead of waiting forever; 0 restores Horovod's default (never).
+    "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", _non_negative_float, 1800.0,
+                             "Shut the engine down (pending operations fail with StallTimeoutError) after "
+                             "a stall this long; 0: never."),
     "framework_threads": Knob("FRAMEWORK_THREADS", _threads, None,
                               "Threads of torch's and TensorFlow's pools per rank: auto (cores / ranks on "
                               "the machine, unless OMP_NUM_THREADS or TF_NUM_INTRAOP_THREADS is set), N, or 0 "

@@ -10,6 +10,8 @@
 
 #include "gpu_loader.h"
 #include "log.h"
+#include "spin.h"
+#include "validation.h"
 
 namespace collectives {
 namespace {
@@ -22,21 +24,6 @@ constexpr int kWakeTag = 7477;
 constexpr auto kActivePoll = std::chrono::microseconds(100);
 constexpr auto kIdlePoll = std::chrono::milliseconds(2);
 
-// How long a thread spins (yielding) for an event expected within microseconds before it
-// sleeps: the caller waiting for its result, the engine waiting for the next submission.
-constexpr auto kSpin = std::chrono::microseconds(50);
-
-// Spins until pred() or the spin time is over; true if pred() held.
-template <typename Pred>
-bool SpinFor(Pred pred) {
-  const auto until = Clock::now() + kSpin;
-  do {
-    if (pred()) return true;
-    std::this_thread::yield();
-  } while (Clock::now() < until);
-  return pred();
-}
-
 std::string JoinNames(const std::vector<Submission>& subs) {
   std::ostringstream os;
   for (size_t i = 0; i < subs.size() && i < 3; ++i) os << (i ? ", " : "") << "'" << subs[i].request.name << "'";
@@ -44,150 +31,7 @@ std::string JoinNames(const std::vector<Submission>& subs) {
   return os.str();
 }
 
-Status ValidateControl(const Request& q, int job_size, const std::string& where) {
-  if (q.process_set != 0)
-    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " involves every rank" + where);
-  if (q.op == OpType::PROCESS_SET_ADD) {
-    if (q.splits.empty()) return Status::Error(StatusCode::INVALID_ARGUMENT, "a process set needs at least one rank");
-    for (size_t i = 0; i < q.splits.size(); ++i) {
-      if (q.splits[i] < 0 || q.splits[i] >= job_size)
-        return Status::Error(StatusCode::INVALID_ARGUMENT, "process set rank " + std::to_string(q.splits[i]) +
-                                                               " is out of range for " + std::to_string(job_size) + " ranks");
-      if (i && q.splits[i] <= q.splits[i - 1])
-        return Status::Error(StatusCode::INVALID_ARGUMENT, "process set ranks must be distinct and ascending: " +
-                                                               ShapeString(q.splits));
-    }
-  }
-  if (q.op == OpType::PROCESS_SET_REMOVE && q.root <= 0)
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "the global process set (id 0) cannot be removed");
-  return Status::Ok();
-}
-
-// Local checks, made at enqueue time on the caller's thread. `members`: the global ranks
-// of the request's process set.
-Status ValidateSubmission(Submission& s, const std::vector<int>& members, int job_size) {
-  Request& q = s.request;
-  const std::string where = " (tensor '" + q.name + "')";
-  const int size = static_cast<int>(members.size());
-  if (q.name.empty()) return Status::Error(StatusCode::INVALID_ARGUMENT, "a request needs a non-empty name");
-  if (!IsValidOpType(static_cast<int32_t>(q.op)))
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown operation" + where);
-  if (!IsDataOp(q.op)) return ValidateControl(q, job_size, where);
-  if (!IsValidDataType(static_cast<int32_t>(q.dtype)))
-    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "unsupported data type" + where);
-  for (int64_t d : q.shape)
-    if (d < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "negative dimension in shape " + ShapeString(q.shape) + where);
-  if (q.op == OpType::ALLREDUCE || q.op == OpType::REDUCESCATTER) {
-    if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op)))
-      return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown reduce op" + where);
-    if (q.reduce_op == ReduceOp::ADASUM)
-      return Status::Error(StatusCode::INVALID_ARGUMENT, "the Adasum reduction is not supported" + where);
-    if (q.dtype == DataType::BOOL && q.reduce_op != ReduceOp::MIN && q.reduce_op != ReduceOp::MAX)
-      return Status::Error(StatusCode::UNSUPPORTED_TYPE,
-                           std::string("bool tensors support only Min and Max reductions, not ") +
-                               ReduceOpName(q.reduce_op) + where);
-    if (q.dtype == DataType::BOOL && (q.prescale != 1.0 || q.postscale != 1.0))
-      return Status::Error(StatusCode::UNSUPPORTED_TYPE, "bool tensors cannot be scaled" + where);
-  }
-  if (q.op == OpType::BROADCAST && (q.root < 0 || q.root >= job_size))
-    return Status::Error(StatusCode::INVALID_ARGUMENT,
-                         "root rank " + std::to_string(q.root) + " is out of range for " + std::to_string(job_size) +
-                             " ranks" + where);
-  if (q.op == OpType::BROADCAST && std::find(members.begin(), members.end(), q.root) == members.end())
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "root rank " + std::to_string(q.root) +
-                                                           " is not a member of process set " +
-                                                           std::to_string(q.process_set) + where);
-  if ((q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::REDUCESCATTER) && q.shape.empty())
-    return Status::Error(StatusCode::INVALID_ARGUMENT,
-                         std::string(OpTypeName(q.op)) + " needs a tensor with at least one dimension" + where);
-  if (q.op == OpType::ALLTOALL) {
-    const int64_t dim0 = q.shape[0];
-    if (q.splits.empty()) {
-      if (dim0 % size != 0)
-        return Status::Error(StatusCode::INVALID_ARGUMENT,
-                             "alltoall without splits needs a first dimension divisible by the number of ranks (" +
-                                 std::to_string(dim0) + " rows, " + std::to_string(size) + " ranks)" + where);
-      q.splits.assign(static_cast<size_t>(size), dim0 / size);
-    }
-    if (static_cast<int>(q.splits.size()) != size)
-      return Status::Error(StatusCode::INVALID_ARGUMENT,
-                           "alltoall needs one split per rank: got " + std::to_string(q.splits.size()) + " for " +
-                               std::to_string(size) + " ranks" + where);
-    int64_t total = 0;
-    for (int64_t x : q.splits) {
-      if (x < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "alltoall splits must not be negative" + where);
-      total += x;
-    }
-    if (total != dim0)
-      return Status::Error(StatusCode::INVALID_ARGUMENT,
-                           "alltoall splits sum to " + std::to_string(total) + " but the first dimension is " +
-                               std::to_string(dim0) + where);
-  }
-  const bool engine_allocates = q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::BARRIER;
-  if (!engine_allocates && NumElements(q.shape) > 0 && (s.input == nullptr || s.output == nullptr))
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "missing input or output buffer" + where);
-  return Status::Ok();
-}
-
 }  // namespace
-
-namespace {
-
-// Recently freed large host buffers, reused by later allocations of the same size. Fresh
-// large allocations are new mappings whose first touch page-faults (measured: 24 ms for a
-// 64 MiB output); a training loop allocates the same sizes every step.
-class BufferPool {
- public:
-  static constexpr size_t kMinBytes = 1 << 20;
-  static constexpr size_t kMaxCachedBytes = 512u << 20;
-
-  void* Take(size_t bytes) {
-    if (bytes >= kMinBytes) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end()) {
-        void* p = it->second;
-        free_.erase(it);
-        cached_ -= bytes;
-        return p;
-      }
-    }
-    void* p = nullptr;
-    return posix_memalign(&p, 64, bytes) == 0 ? p : nullptr;
-  }
-
-  void Give(void* p, size_t bytes) {
-    if (bytes >= kMinBytes) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_ + bytes <= kMaxCachedBytes) {
-        free_.emplace(bytes, p);
-        cached_ += bytes;
-        return;
-      }
-    }
-    std::free(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  size_t cached_ = 0;
-};
-
-BufferPool& Pool() {
-  static BufferPool* pool = new BufferPool();  // never destroyed: buffers may outlive statics
-  return *pool;
-}
-
-size_t RoundedBytes(int64_t bytes) { return static_cast<size_t>(bytes < 64 ? 64 : ((bytes + 63) / 64) * 64); }
-
-}  // namespace
-
-HostBuffer::HostBuffer(int64_t bytes) : data_(Pool().Take(RoundedBytes(bytes))), size_(bytes) {}
-
-HostBuffer::~HostBuffer() {
-  if (data_) Pool().Give(data_, RoundedBytes(size_));
-}
 
 Engine::~Engine() { Shutdown(); }
 
@@ -428,7 +272,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
       return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(rank_) +
                                                              " is not a member of process set " +
                                                              std::to_string(q.process_set) + " (tensor '" + q.name + "')");
-    Status st = ValidateSubmission(s, set->second, size_);
+    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, size_);
     if (!st.ok()) return st;
     // Names are per process set: the same name may be in flight in two sets at once.
     if (q.process_set != 0) {
@@ -445,7 +289,6 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
                            "a collective named '" + name + "' is already in flight; names must be unique until the "
                            "operation completes (submitted: " + JoinNames(subs) + ")");
   }
-  std::lock_guard<std::mutex> hlock(handles_mu_);
   for (size_t k = 0; k < subs.size(); ++k) {
     Submission& s = subs[k];
     Pending p;
@@ -457,7 +300,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     p.handle = next_handle_++;
     p.enqueued = now;
     in_flight_.insert(p.request.name);
-    handles_[p.handle];
+    handles_.Add(p.handle);
     handles->push_back(p.handle);
     incoming_.push_back(std::move(p));
   }
@@ -466,67 +309,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   return Status::Ok();
 }
 
-bool Engine::Poll(int64_t handle) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
-  auto it = handles_.find(handle);
-  return it == handles_.end() || it->second.done;
-}
-
-Status Engine::Wait(int64_t handle) {
-  if (spin_) {
-    // Results of small operations arrive within microseconds: look before sleeping.
-    auto done = [&] {
-      std::lock_guard<std::mutex> lock(handles_mu_);
-      auto it = handles_.find(handle);
-      return it == handles_.end() || it->second.done;
-    };
-    uint64_t seen = completions_.load();
-    if (!done()) SpinFor([&] {
-      const uint64_t now = completions_.load();
-      if (now == seen) return false;
-      seen = now;
-      return done();
-    });
-  }
-  std::unique_lock<std::mutex> lock(handles_mu_);
-  if (!handles_.count(handle))
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown or already synchronized handle " + std::to_string(handle));
-  done_cv_.wait(lock, [&] {
-    auto it = handles_.find(handle);
-    return it == handles_.end() || it->second.done;
-  });
-  auto it = handles_.find(handle);
-  return it == handles_.end() ? Status::Error(StatusCode::INVALID_ARGUMENT, "handle was collected by another thread")
-                              : it->second.result.status;
-}
-
-Result Engine::Collect(int64_t handle) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
-  auto it = handles_.find(handle);
-  Result r;
-  if (it == handles_.end() || !it->second.done) {
-    r.status = Status::Error(StatusCode::INVALID_ARGUMENT,
-                             "handle " + std::to_string(handle) +
-                                 (it == handles_.end() ? " is unknown or was already synchronized" : " is not complete"));
-    return r;
-  }
-  r = std::move(it->second.result);
-  handles_.erase(it);
-  return r;
-}
-
-void Engine::CompleteHandle(int64_t handle, Result&& result) {
-  {
-    std::lock_guard<std::mutex> lock(handles_mu_);
-    auto it = handles_.find(handle);
-    if (it != handles_.end()) {
-      it->second.done = true;
-      it->second.result = std::move(result);
-    }
-  }
-  completions_.fetch_add(1);
-  done_cv_.notify_all();
-}
+void Engine::CompleteHandle(int64_t handle, Result&& result) { handles_.Complete(handle, std::move(result)); }
 
 void Engine::FailAll(const Status& status) {
   std::vector<Pending> waiting;

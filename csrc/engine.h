@@ -22,8 +22,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "buffer_pool.h"
 #include "coordinator.h"
 #include "gpu_runtime.h"
+#include "handle_table.h"
 #include "message.h"
 #include "mpi_backend.h"
 #include "nccl_backend.h"
@@ -41,27 +43,11 @@ struct EngineConfig {
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_s = 60.0;
-  double stall_shutdown_s = 0.0;
+  double stall_shutdown_s = 1800.0;  // collectives/config.py's default
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nccl_library;  // empty: not found, and nccl_problem says why
   std::string nccl_problem;
-};
-
-// 64-byte aligned host memory owned by the engine (outputs whose size is known only after
-// negotiation, and the fusion buffer). 64 bytes: what TensorFlow requires of borrowed memory.
-class HostBuffer {
- public:
-  explicit HostBuffer(int64_t bytes);
-  ~HostBuffer();
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  void* data() const { return data_; }
-  int64_t size() const { return size_; }
-
- private:
-  void* data_ = nullptr;
-  int64_t size_ = 0;
 };
 
 // What a caller asks for: the request plus its buffers (output may be null when the engine
@@ -72,16 +58,6 @@ struct Submission {
   const void* input = nullptr;
   void* output = nullptr;
   uintptr_t stream = 0;
-};
-
-// A finished operation as seen from Python.
-struct Result {
-  Status status;
-  std::shared_ptr<HostBuffer> output;  // engine-allocated output, if any
-  std::shared_ptr<gpu::DeviceBuffer> device_output;  // the same, in GPU memory
-  std::vector<int64_t> output_shape;
-  std::vector<int64_t> received_splits;  // alltoall
-  int64_t value = 0;  // join: the last rank to join; process-set creation: the new set's id
 };
 
 class Engine {
@@ -107,11 +83,11 @@ class Engine {
 
   // Enqueues all submissions atomically (a group is negotiated together) or none.
   Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles);
-  bool Poll(int64_t handle);
+  bool Poll(int64_t handle) { return handles_.Poll(handle); }
   // Blocks until the handle completes (the caller releases the GIL). Unknown handle: error.
-  Status Wait(int64_t handle);
+  Status Wait(int64_t handle) { return handles_.Wait(handle, spin_); }
   // Removes a completed handle and returns its outcome.
-  Result Collect(int64_t handle);
+  Result Collect(int64_t handle) { return handles_.Collect(handle); }
 
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
@@ -193,7 +169,6 @@ class Engine {
   // microseconds on a VM) when a core is free for it; off when ranks oversubscribe the cores.
   bool spin_ = false;
   std::atomic<uint64_t> submissions_{0};  // bumped by Enqueue
-  std::atomic<uint64_t> completions_{0};  // bumped by CompleteHandle
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
@@ -206,14 +181,7 @@ class Engine {
   Status stopped_status_;  // why the engine stopped, for requests made afterwards
   int64_t next_handle_ = 1;
 
-  // Handles, under handles_mu_.
-  std::mutex handles_mu_;
-  std::condition_variable done_cv_;
-  struct HandleState {
-    bool done = false;
-    Result result;
-  };
-  std::unordered_map<int64_t, HandleState> handles_;
+  HandleTable handles_;
 
   // Engine-thread state.
   std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
