@@ -54,6 +54,36 @@ def mpi_flags(mpicc):
     sys.exit(f"collectives: `{mpicc} -show` / `--showme` did not work; is {mpicc} an MPI compiler wrapper?")
 
 
+def build_ptx(build_temp):
+    """csrc/gpu_kernels.cu as PTX text in a header (gpu_kernels_ptx.inc) when a CUDA compiler is
+    here ($COLLECTIVES_NVCC, else nvcc on PATH or in /usr/local/cuda; "none": skip). The engine
+    loads it through the driver at run time, so the built extension needs no CUDA toolkit;
+    without it the engine copies with cuMemcpyDtoDAsync. Returns the header's directory or None."""
+    nvcc = os.environ.get("COLLECTIVES_NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if nvcc == "none" or not os.path.exists(nvcc) and not shutil.which(nvcc):
+        print("collectives: no nvcc, building without the batched copy kernel")
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    out_dir = os.path.join(build_temp, "generated")
+    os.makedirs(out_dir, exist_ok=True)
+    ptx = os.path.join(out_dir, "gpu_kernels.ptx")
+    try:
+        # The oldest virtual architecture this nvcc knows: the driver compiles PTX for newer GPUs.
+        archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60).stdout.split()
+        arch = next((a for a in archs if a.startswith("compute_")), "compute_75")
+        subprocess.run([nvcc, "-ptx", f"-arch={arch}", "-O3", "-I" + os.path.join(here, "csrc"),
+                        os.path.join(here, "csrc", "gpu_kernels.cu"), "-o", ptx],
+                       check=True, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"collectives: nvcc failed ({e}), building without the batched copy kernel")
+        return None
+    text = open(ptx).read()
+    with open(os.path.join(out_dir, "gpu_kernels_ptx.inc"), "w") as f:
+        f.write('static const char kCollectivesPtx[] = R"collectives_ptx(' + text + ')collectives_ptx";\n')
+    print(f"collectives: batched copy kernel compiled to PTX ({arch}) with {nvcc}")
+    return out_dir
+
+
 class BuildEngine(build_ext):
     def finalize_options(self):
         super().finalize_options()
@@ -71,6 +101,10 @@ class BuildEngine(build_ext):
             ext.library_dirs += flags["library_dirs"]
             ext.libraries += flags["libraries"]
             ext.extra_link_args += flags["extra_link_args"]
+            ptx_dir = build_ptx(self.build_temp)
+            if ptx_dir:
+                ext.include_dirs.append(ptx_dir)
+                ext.define_macros.append(("COLLECTIVES_HAVE_PTX", "1"))
         super().build_extensions()
 
 
@@ -82,25 +116,31 @@ SOURCES = [
     "device_execution.cc",
     "dlpack_export.cc",
     "engine.cc",
+    "engine_stop.cc",
+    "engine_watchdog.cc",
     "execution.cc",
+    "gpu_kernels.cc",
     "gpu_loader.cc",
     "gpu_runtime.cc",
+    "half_math.cc",
     "handle_table.cc",
     "log.cc",
     "message.cc",
     "mpi_backend.cc",
     "nccl_backend.cc",
+    "nccl_completion.cc",
     "negotiation.cc",
     "response_cache.cc",
     "timeline.cc",
     "types.cc",
     "validation.cc",
+    "watchdog.cc",
 ]
 
 engine = Extension(
     "collectives._engine",
     sources=[os.path.join("csrc", s) for s in SOURCES],
-    depends=[os.path.join("csrc", h) for h in os.listdir("csrc") if h.endswith(".h")],
+    depends=[os.path.join("csrc", h) for h in os.listdir("csrc") if h.endswith((".h", ".cu"))],
     language="c++",
     libraries=["dl"],  # the CUDA driver and NCCL are dlopen'ed at run time (csrc/gpu_loader.cc)
     extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],

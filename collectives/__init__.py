@@ -12,6 +12,7 @@ from .basics import (
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -26,8 +27,10 @@ from .basics import (
     start_timeline,
     stop_timeline,
 )
+from .absent_backends import ccl_built, ddl_built
 from .constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from .errors import (
+    ArgumentTypeError,
     CollectivesError,
     DuplicateNameError,
     InternalError,
@@ -78,3 +81,11 @@ grouped_reducescatter = _VERBS["grouped_reducescatter"]
 grouped_reducescatter_async = _VERBS["grouped_reducescatter_async"]
 
 __version__ = "0.1.0"
+
+
+def run(func, *args, **kwargs):
+    """Horovod's ``horovod.run``: ``func`` on ``np`` ranks, the list of their return values
+    (collectives/launcher/function_runner.py)."""
+    from .launcher.function_runner import run as run_function
+
+    return run_function(func, *args, **kwargs)

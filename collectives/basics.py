@@ -1,16 +1,46 @@
-"""Process-wide state: init, shutdown, topology, timeline."""
+"""Process-wide state: init, shutdown, topology, timeline.
+
+Lifecycle rules (README, "Stopping, starting again, exit, signals, fork"):
+  * ``shutdown()`` stops the engine on every rank; ``init()`` may start it again when every
+    rank stopped through ``shutdown()`` calls.
+  * A stall shutdown, an MPI failure, a rank's exit or an ``init()`` timeout is final for the
+    process: later ``init()`` calls and operations raise ShutdownError at once with the reason.
+  * ``init()`` waits at most COLLECTIVES_INIT_TIMEOUT_SECONDS for every rank (StallTimeoutError).
+  * A forked child (DataLoader workers) keeps the parent's topology (``rank()``, ...) but cannot
+    run operations: they raise NotInitializedError. It never touches the parent's engine object.
+"""
 import atexit
 import os
+import sys
 import threading
 
 from . import config, framework_threads
 from ._loader import engine_module
-from .errors import NotInitializedError, raise_for_status
+from .errors import NotInitializedError, ShutdownError, StallTimeoutError, raise_for_status
+
+_TIMEOUT = 7  # csrc/status.h StatusCode::TIMEOUT
 
 _lock = threading.Lock()
 _engine = None  # the running collectives._engine.Engine
 _atexit_registered = False
-_owner_pid = None  # a forked child inherits the engine object but not its thread
+_owner_pid = None  # the process that started collectives (MPI is its, not a forked child's)
+_homogeneous = None  # is_homogeneous(), learned by init()
+_final_stop = None  # why collectives cannot start again in this process (None: it can)
+# In a forked child: the parent's engine (kept, never destroyed: its threads and locks are the
+# parent's) for rank() and friends, and the parent's pid for the error message.
+_parent_engine = None
+_parent_pid = None
+
+
+def _after_fork_in_child():
+    global _lock, _engine, _parent_engine, _parent_pid
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
+    if _owner_pid is not None and _parent_pid is None:
+        _parent_engine, _engine = _engine, None
+        _parent_pid = _owner_pid
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def init(comm=None, process_sets=None):
@@ -19,9 +49,12 @@ def init(comm=None, process_sets=None):
     ``process_sets``: ProcessSets (or rank lists) to register at once, on every rank, as
     Horovod's ``init(process_sets=[...])``; "dynamic" (Horovod's switch for adding sets
     later) is accepted: sets can always be added and removed after init here.
-    Calling it again while initialized does nothing, as in Horovod.
+    Calling it again while initialized does nothing, as in Horovod. Raises StallTimeoutError when
+    not every rank reaches ``init()`` within COLLECTIVES_INIT_TIMEOUT_SECONDS, and ShutdownError
+    once collectives stopped for good in this process (see the module's docstring).
     """
-    _start_engine(comm)
+    if _start_engine(comm):
+        _learn_homogeneity()
     if process_sets and process_sets != "dynamic":
         from .process_sets import add_process_set
 
@@ -29,12 +62,43 @@ def init(comm=None, process_sets=None):
             add_process_set(ps)
 
 
+def _final_error():
+    return ShutdownError(f"collectives stopped earlier in this process: {_final_stop.rstrip('.')}; "
+                         "it cannot be restarted in this process")
+
+
+def _forked_error():
+    return NotInitializedError(engine_module().forked_child_message(_parent_pid))
+
+
+def _let_engine_initialize_mpi():
+    """MPI_Init_thread returns only once every rank has called it, and mpi4py's import runs it
+    holding the GIL: a rank that never starts would block this one for good, beyond the init
+    timeout's reach. So unless mpi4py.MPI is imported already, import it without initializing
+    MPI: the engine thread does, under the timeout. The engine then also finalizes MPI at exit,
+    in this process only: a forked child that exits normally must not (mpi4py's finalization
+    would run the parent's shutdown protocol with the launcher and break the job)."""
+    if "mpi4py.MPI" in sys.modules:
+        return
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+
+
 def _start_engine(comm):
-    global _engine, _atexit_registered, _owner_pid
+    global _engine, _atexit_registered, _owner_pid, _final_stop
     with _lock:
-        if _engine is not None and _engine.running:
-            return
+        if _parent_pid is not None:
+            raise _forked_error()
+        if _final_stop is not None:
+            raise _final_error()
+        if _engine is not None:
+            if _engine.running:
+                return
+            raise stopped_error(_engine, None)
         values = config.load()
+        _let_engine_initialize_mpi()
         mod = engine_module()
         mod.set_log_level(config.LOG_LEVELS.index(values["log_level"]))
         address = 0
@@ -47,15 +111,35 @@ def _start_engine(comm):
         engine = mod.Engine()
         engine_config = config.engine_config(values)
         engine_config.update(_gpu_libraries())
+        if not _atexit_registered:
+            # Registered after mpi4py's import, so it runs before MPI is finalized.
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+        _owner_pid = os.getpid()
         code, message = engine.start(address, engine_config)
+        if code == _TIMEOUT:
+            # The engine thread is stuck inside MPI for good (the engine object is kept for it).
+            _final_stop = message
+            raise StallTimeoutError(message)
         raise_for_status(code, message)
         _engine = engine
         framework_threads.apply(values["framework_threads"], engine.local_size)
-        _owner_pid = os.getpid()
-        if not _atexit_registered:
-            # Registered after mpi4py's import, so it runs before MPI is finalized.
-            atexit.register(shutdown)
-            _atexit_registered = True
+        return True  # started now (init() then learns is_homogeneous())
+
+
+def stopped_error(engine, fallback):
+    """The ShutdownError for using an engine whose thread has stopped (``fallback``: the message
+    while its stop is still being recorded). Records a final stop."""
+    global _final_stop
+    stopped, restartable, _, message = engine.stop_info()
+    if not stopped:
+        return ShutdownError(fallback or "collectives has stopped")
+    if not restartable:
+        if _final_stop is None:
+            _final_stop = message
+        return _final_error()
+    return ShutdownError(f"{message}; call collectives.shutdown() on this rank too, then init() on every rank "
+                         "to start again")
 
 
 def _gpu_libraries():
@@ -74,58 +158,111 @@ def _gpu_libraries():
 
 def shutdown():
     """Stop the engine on every rank. Pending operations fail with ShutdownError."""
-    global _engine
+    _shutdown(exiting=False)
+
+
+def _shutdown_at_exit():
+    # The other ranks learn that this one is gone for good: their init() raises at once instead
+    # of waiting for it.
+    _shutdown(exiting=True)
+
+
+def _shutdown(exiting):
+    global _engine, _final_stop
     with _lock:
         engine, _engine = _engine, None
-    if engine is not None and os.getpid() == _owner_pid:
-        engine.shutdown()
-    if engine is not None:
-        from .process_sets import forget_all
+    if engine is None:
+        return
+    engine.shutdown(exiting)
+    stopped, restartable, _, message = engine.stop_info()
+    if stopped and not restartable and _final_stop is None:
+        _final_stop = message
+    from .process_sets import forget_all
 
-        forget_all()
+    forget_all()
 
 
 def is_initialized():
-    return _engine is not None and _engine.running
+    """True while the engine runs (in a forked child: while the parent's did at the fork)."""
+    e = _engine if _engine is not None else _parent_engine
+    return e is not None and e.running
+
+
+def _not_running_error():
+    if _parent_pid is not None:
+        return _forked_error()
+    if _final_stop is not None:
+        return _final_error()
+    return NotInitializedError("collectives has not been initialized; use collectives.init().")
 
 
 def engine():
-    """The running engine, or NotInitializedError."""
+    """The running engine, or NotInitializedError (ShutdownError once stopped for good)."""
     e = _engine
     if e is None:
-        raise NotInitializedError("collectives has not been initialized; use collectives.init().")
+        raise _not_running_error()
+    return e
+
+
+def _described():
+    """The engine that describes this process's place in the job: the running one, or in a
+    forked child the parent's (its topology stays true; its operations are not the child's)."""
+    e = _engine if _engine is not None else _parent_engine
+    if e is None:
+        raise _not_running_error()
     return e
 
 
 def rank():
-    return engine().rank
+    return _described().rank
 
 
 def size():
-    return engine().size
+    return _described().size
 
 
 def local_rank():
-    return engine().local_rank
+    return _described().local_rank
 
 
 def local_size():
-    return engine().local_size
+    return _described().local_size
 
 
 def cross_rank():
-    return engine().cross_rank
+    return _described().cross_rank
 
 
 def cross_size():
-    return engine().cross_size
+    return _described().cross_size
+
+
+def _learn_homogeneity():
+    """Every rank's local_size, gathered once per start as Horovod does at its init, so that
+    is_homogeneous() is a local query afterwards. Through the engine (not mpi4py) so it is safe
+    at any MPI thread level and covered by the stall checks."""
+    global _homogeneous
+    import numpy as np
+
+    from .ops import allgather
+
+    mine = engine().local_size
+    sizes = allgather(np.array([mine], dtype=np.int32), name="collectives.init.local_sizes")
+    _homogeneous = bool((sizes == mine).all())
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks (Horovod's definition: every rank's
+    local_size is equal)."""
+    _described()  # NotInitializedError before init(), as rank() and friends
+    return _homogeneous
 
 
 def mpi_threads_supported():
     """True when MPI runs with MPI_THREAD_MULTIPLE."""
     from mpi4py import MPI
 
-    return engine().mpi_thread_level >= MPI.THREAD_MULTIPLE
+    return _described().mpi_thread_level >= MPI.THREAD_MULTIPLE
 
 
 def mpi_built():
@@ -176,7 +313,11 @@ def rocm_built():
 
 def start_timeline(file_path, mark_cycles=False):
     """Start writing a Chrome-trace timeline (rank 0 writes; other ranks ignore the call)."""
-    code, message = engine().start_timeline(str(file_path), bool(mark_cycles))
+    if not isinstance(file_path, (str, os.PathLike)):
+        from .errors import ArgumentTypeError
+
+        raise ArgumentTypeError(f"start_timeline's file_path must be a str or path, not {type(file_path).__name__}")
+    code, message = engine().start_timeline(os.fspath(file_path), bool(mark_cycles))
     raise_for_status(code, message)
 
 

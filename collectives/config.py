@@ -85,10 +85,24 @@ KNOBS = {
     "stall_shutdown_s": Knob("STALL_SHUTDOWN_TIME_SECONDS", _non_negative_float, 1800.0,
                              "Shut the engine down (pending operations fail with StallTimeoutError) after "
                              "a stall this long; 0: never."),
+    # 300 s: what torch.distributed's rendezvous store waits for the other ranks by default --
+    # long enough for ranks that start late (imports, loading data before init()), short enough
+    # that a rank which died before init() does not leave the others waiting for the whole job.
+    "init_timeout_s": Knob("INIT_TIMEOUT_SECONDS", _non_negative_float, 300.0,
+                           "init() raises StallTimeoutError when not every rank has reached init() within "
+                           "this many seconds (collectives then stays stopped in the process); 0: wait "
+                           "forever."),
     "framework_threads": Knob("FRAMEWORK_THREADS", _threads, None,
                               "Threads of torch's and TensorFlow's pools per rank: auto (cores / ranks on "
                               "the machine, unless OMP_NUM_THREADS or TF_NUM_INTRAOP_THREADS is set), N, or 0 "
                               "to leave them alone."),
+    # 32 MiB: what a training loop's repeated outputs of a few MiB need to be reused every step,
+    # while a process that sees many different sizes stays within a small bound.
+    "buffer_pool_bytes": Knob("BUFFER_POOL_BYTES", _non_negative_int, 32 * 1024 * 1024,
+                              "Bytes of released host buffers (engine-allocated outputs of 128 KiB or more) "
+                              "kept for reuse by later outputs of the same size class, which then skip the "
+                              "page faults of fresh memory; the least recently released beyond it are "
+                              "returned to the system, and shutdown() returns all. 0: keep none."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
 
@@ -118,5 +132,5 @@ def load(environ=None):
 def engine_config(values):
     """The subset the C++ engine takes."""
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
-            "stall_check_s", "stall_shutdown_s")
+            "stall_check_s", "stall_shutdown_s", "init_timeout_s", "buffer_pool_bytes")
     return {k: values[k] for k in keys}

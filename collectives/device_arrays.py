@@ -168,7 +168,8 @@ class DeviceView:
             self.array = self.kind.contiguous(x)
             ptr, shape, dtype, device, stream, _ = self.kind.describe(self.array)
         if device < 0:
-            device = _device_of_pointer(ptr)
+            # An empty array may own no memory (data pointer 0): nothing for the driver to place.
+            device = _device_of_pointer(ptr) if ptr else _device_of_empty()
         self.ptr, self.shape, self.dtype, self.device, self.stream = ptr, shape, dtype, device, stream
 
     def spec(self, shape=None):
@@ -216,6 +217,17 @@ def _device_of_pointer(ptr):
     code, message, device = engine_module().device_of_pointer(int(ptr))
     raise_for_status(code, message)
     return device
+
+
+def _device_of_empty():
+    """This process's GPU: the one its GPU collectives use, else its local rank's."""
+    from . import basics, gpu_libs
+
+    engine = basics.engine()
+    if engine.gpu_device >= 0:
+        return engine.gpu_device
+    count = gpu_libs.cuda_device_count()
+    return engine.local_rank % count if count > 0 else 0
 
 
 def _device_empty(shape, dtype, device):

@@ -122,11 +122,11 @@ def broadcast_parameters(params, root_rank, process_set=None):
     return torch_broadcast(params, root_rank, process_set=process_set)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None):
     """PyTorch: make every rank's optimizer state root_rank's."""
     from .adapters.torch.optimizer import broadcast_optimizer_state as torch_broadcast
 
-    return torch_broadcast(optimizer, root_rank, process_set=process_set)
+    return torch_broadcast(optimizer, root_rank, model=model, process_set=process_set)
 
 
 def broadcast_variables(variables, root_rank, process_set=None):

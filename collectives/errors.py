@@ -10,11 +10,17 @@ class CollectivesError(RuntimeError):
 
 
 class NotInitializedError(CollectivesError, ValueError):
-    """An operation was called before ``init()`` (a ValueError, as in Horovod)."""
+    """An operation was called before ``init()`` (a ValueError, as in Horovod), or in a forked
+    child of an initialized process (a DataLoader worker), which cannot use the parent's engine."""
 
 
 class InvalidArgumentError(CollectivesError, ValueError):
     """Bad arguments detected on this rank (shape, splits, root rank, ...)."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type (``root_rank=1.7``, ``name=123``, ``op=True``): both a
+    ValueError, like every bad argument here, and the TypeError Python code expects."""
 
 
 class DuplicateNameError(InvalidArgumentError):
@@ -33,11 +39,13 @@ class TensorMismatchError(CollectivesError):
 
 
 class ShutdownError(CollectivesError):
-    """The engine stopped (``shutdown()`` here or on another rank) while the operation was pending."""
+    """The engine stopped (``shutdown()`` here or on another rank) while the operation was pending;
+    or any operation and ``init()`` after collectives stopped for good in this process."""
 
 
 class StallTimeoutError(CollectivesError, TimeoutError):
-    """The engine shut down because a tensor stalled past COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS."""
+    """The engine shut down because a tensor stalled past COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS;
+    or ``init()`` did not see every rank within COLLECTIVES_INIT_TIMEOUT_SECONDS."""
 
 
 class InternalError(CollectivesError):

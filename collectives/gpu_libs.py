@@ -144,14 +144,18 @@ def _wheel_files(patterns, search_paths):
     return seen
 
 
-def nccl_candidates(environ=None, search_paths: Optional[Sequence[str]] = None) -> List[Tuple[str, str]]:
-    """(source, path or soname) in the order they are tried."""
+def nccl_candidates(environ=None, search_paths: Optional[Sequence[str]] = None,
+                    include_system=True) -> List[Tuple[str, str]]:
+    """(source, path or soname) in the order they are tried; ``include_system=False`` leaves
+    out the system's library (the dynamic loader's search, which no argument here controls)."""
     environ = os.environ if environ is None else environ
     explicit = environ.get(NCCL_ENV)
     if explicit:
         return [("env", explicit)]
     paths = sys.path if search_paths is None else search_paths
     found = [("wheel", p) for p in _wheel_files(NCCL_WHEEL_PATTERNS, paths)]
+    if not include_system:
+        return found
     system = ctypes.util.find_library("nccl")
     if system:
         found.append(("system", system))
@@ -160,10 +164,10 @@ def nccl_candidates(environ=None, search_paths: Optional[Sequence[str]] = None) 
     return found
 
 
-def search_nccl(environ=None, search_paths: Optional[Sequence[str]] = None) -> NcclSearch:
+def search_nccl(environ=None, search_paths: Optional[Sequence[str]] = None, include_system=True) -> NcclSearch:
     """The first NCCL that loads and answers ncclGetVersion, and what was tried before it."""
     attempts = []
-    for source, candidate in nccl_candidates(environ, search_paths):
+    for source, candidate in nccl_candidates(environ, search_paths, include_system):
         lib, problem = _load(candidate)
         if lib is not None:
             result, problem = _version_of(lib, "ncclGetVersion")
@@ -176,9 +180,9 @@ def search_nccl(environ=None, search_paths: Optional[Sequence[str]] = None) -> N
     return NcclSearch(None, tuple(attempts))
 
 
-def find_nccl(environ=None, search_paths: Optional[Sequence[str]] = None) -> Optional[LibInfo]:
+def find_nccl(environ=None, search_paths: Optional[Sequence[str]] = None, include_system=True) -> Optional[LibInfo]:
     """The NCCL the engine should load, or None."""
-    return search_nccl(environ, search_paths).found
+    return search_nccl(environ, search_paths, include_system).found
 
 
 def find_cuda_runtime(search_paths: Optional[Sequence[str]] = None) -> Optional[LibInfo]:
@@ -208,6 +212,26 @@ def _cuda_error(lib, code):
     except AttributeError:
         pass
     return f"error {code}"
+
+
+_device_count = None
+
+
+def cuda_device_count(driver=CUDA_DRIVER_SONAME):
+    """Devices the CUDA driver reports (cuInit + cuDeviceGetCount, which retain no context);
+    0 without a usable driver. Cached: the answer does not change within a process."""
+    global _device_count
+    if _device_count is None:
+        lib, _ = _load(driver)
+        count = ctypes.c_int(0)
+        try:
+            lib.cuInit.argtypes = [ctypes.c_uint]
+            lib.cuDeviceGetCount.argtypes = [ctypes.POINTER(ctypes.c_int)]
+            ok = lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0
+        except AttributeError:  # no library (lib is None), or not a driver
+            ok = False
+        _device_count = count.value if ok else 0
+    return _device_count
 
 
 def probe_cuda(search_paths: Optional[Sequence[str]] = None, driver=CUDA_DRIVER_SONAME) -> CudaInfo:

@@ -14,7 +14,7 @@ class Handle:
     synchronized, so they cannot be freed under it.
     """
 
-    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_error", "_done")
+    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_error", "_done", "_outcomes")
 
     def __init__(self, engine, ids, finish, keep_alive):
         self._engine = engine
@@ -24,6 +24,7 @@ class Handle:
         self._result = None
         self._error = None
         self._done = False
+        self._outcomes = []  # of the ids collected so far
 
     def poll(self):
         return self._done or all(self._engine.poll(i) for i in self._ids)
@@ -33,8 +34,14 @@ class Handle:
             if self._error is not None:
                 raise self._error
             return self._result
-        # Each wait releases the GIL while blocked, then removes the engine's record.
-        outcomes = [self._engine.wait(i) for i in self._ids]
+        # Each wait releases the GIL while blocked, then removes the engine's record. Python's
+        # signal handlers run meanwhile; one that raises (Ctrl-C) leaves the engine's record of
+        # that id in place and the outcomes so far here, so a later wait resumes where it stopped.
+        outcomes = self._outcomes
+        wait = self._engine.wait
+        for i in self._ids[len(outcomes):]:
+            outcomes.append(wait(i))
+        self._outcomes = None
         _outstanding.pop(id(self), None)
         self._done = True
         self._keep_alive = None
@@ -71,7 +78,10 @@ def submit(specs, finish, keep_alive):
     """Enqueue engine submissions atomically; returns a Handle."""
     engine = basics.engine()
     code, message, ids = engine.enqueue(specs)
-    raise_for_status(code, message)
+    if code:
+        if not engine.running:
+            raise basics.stopped_error(engine, message)
+        raise_for_status(code, message)
     handle = Handle(engine, ids, finish, keep_alive)
     _outstanding[id(handle)] = handle
     return handle

@@ -3,17 +3,23 @@ import pickle
 
 import numpy as np
 
-from . import basics
-from .ops import _auto_name, allgather, broadcast
+from . import arguments, basics
+from .constants import OpType
+from .ops import _name, allgather, broadcast
 from .process_sets import global_process_set
+from .shared_failure import failing_together
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Return root_rank's ``obj`` on every rank of ``process_set`` (pickled; the root gets its
-    own object back)."""
-    name = name or _auto_name("broadcast_object", process_set)
-    if basics.rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    own object back). An object the root cannot pickle fails the call on every rank."""
+    name = _name(name, "broadcast_object", process_set)
+    with failing_together(OpType.BROADCAST, [f"{name}.size"], process_set):
+        root_rank = arguments.root_rank(root_rank)
+        is_root = basics.rank() == root_rank
+        if is_root:
+            payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    if is_root:
         length = np.array([payload.size], dtype=np.int64)
     else:
         payload = None
@@ -28,9 +34,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Return the list of every rank's ``obj`` (of ``process_set``), in rank order."""
-    name = name or _auto_name("allgather_object", process_set)
-    payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    """Return the list of every rank's ``obj`` (of ``process_set``), in rank order. An object
+    that one rank cannot pickle fails the call on every rank."""
+    name = _name(name, "allgather_object", process_set)
+    with failing_together(OpType.ALLGATHER, [f"{name}.size"], process_set):
+        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
     lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size", process_set=process_set)
     data = allgather(payload, name=f"{name}.data", process_set=process_set)
     out, offset = [], 0

@@ -1,52 +1,46 @@
 """The collective verbs on numpy arrays and any CPU array (DLPack or buffer protocol), with
 Horovod's names and signatures. Results come back in the caller's type. Arrays in GPU memory
 go to collectives.device_ops (NCCL)."""
-import itertools
-import threading
+import numbers
 
 import numpy as np
 
-from . import basics
+from . import arguments, device_ops
 from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
 from .device_arrays import on_device as _on_device
 from .constants import Average, OpType, ReduceOp
 from .errors import InvalidArgumentError
 from .handles import submit, synchronize
 from .process_sets import global_process_set, process_set_id, set_rank, set_size
-
-_name_lock = threading.Lock()
-_counters = {}
+from .shared_failure import failing_together
 
 
 def _auto_name(kind, process_set=None):
-    # Unnamed calls get "<kind>.noname.<n>": the same on every rank as long as the ranks
-    # make their unnamed calls in the same order (Horovod's contract). One counter per
-    # process set, so that calls in a set the other ranks are not in do not shift theirs.
-    ps_id = process_set_id(process_set)
-    with _name_lock:
-        counter = _counters.setdefault((kind, ps_id), itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+    """``<kind>.noname.<n>``, counted per process set (collectives/arguments.py)."""
+    return arguments.auto_name(kind, process_set_id(process_set))
 
 
-def _reduce_op(op):
-    if op is None:
-        return Average
-    try:
-        return ReduceOp(int(op))
-    except ValueError:
-        raise InvalidArgumentError(f"unknown reduction op {op!r}") from None
+def _name(name, kind, process_set):
+    return arguments.name(name, kind, process_set_id(process_set))
+
+
+_reduce_op = arguments.reduce_op
 
 
 def _spec(op, name, arr, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0, process_set=None):
     # The engine takes pointer and shape from the arrays themselves (see csrc/bindings.cc).
     dtype = engine_dtype(arr.dtype) if arr is not None else 0
-    return (int(op), name, arr, out, int(dtype), int(reduce_op), int(root), float(prescale),
-            float(postscale), [int(s) for s in splits], group, int(group_size), process_set_id(process_set))
+    return (int(op), name, arr, out, int(dtype), int(reduce_op), arguments.root_rank(root),
+            arguments.scale_factor(prescale, "prescale_factor"), arguments.scale_factor(postscale, "postscale_factor"),
+            list(splits), group, int(group_size), process_set_id(process_set))
 
 
 def _inplace_target(conv, what):
     """Where an in-place op writes: the user's memory, or a contiguous copy written back."""
+    if isinstance(conv.original, (np.generic, numbers.Number)):
+        raise InvalidArgumentError(f"{what} cannot modify a {type(conv.original).__name__} in place: Python and "
+                                   "numpy scalars are immutable (use the verb without '_' and its result)")
     if not conv.view.flags.writeable:
         raise InvalidArgumentError(f"{what} needs a writable array")
     return conv.array if conv.array is conv.view else conv.array.copy()
@@ -74,11 +68,11 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
                     process_set=global_process_set):
     """Start an allreduce; returns a handle for ``poll``/``synchronize``. The input is not modified."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
-    name = name or _auto_name("allreduce", process_set)
-    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False,
-                                         process_set=process_set)
+    name = _name(name, "allreduce", process_set)
+    with failing_together(OpType.ALLREDUCE, [name], process_set):
+        conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False,
+                                             process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
@@ -86,11 +80,11 @@ def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postsca
                      process_set=global_process_set):
     """In-place ``allreduce_async``: the result is written into ``tensor``."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set)
-    name = name or _auto_name("allreduce", process_set)
-    conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True,
-                                         process_set=process_set)
+    name = _name(name, "allreduce", process_set)
+    with failing_together(OpType.ALLREDUCE, [name], process_set):
+        conv, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True,
+                                             process_set=process_set)
     return submit([spec], lambda _: _write_back(conv, out), (conv, out))
 
 
@@ -110,15 +104,15 @@ def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fac
 def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
     tensors = list(tensors)
     if _on_device(tensors):
-        from . import device_ops
         return device_ops.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, inplace,
                                                   process_set)
-    group = name or _auto_name("grouped_allreduce", process_set)
-    prepared = [
-        _allreduce_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, inplace, group, len(tensors),
-                           process_set)
-        for i, t in enumerate(tensors)
-    ]
+    group = _name(name, "grouped_allreduce", process_set)
+    names = [f"{group}.{i}" for i in range(len(tensors))]
+    with failing_together(OpType.ALLREDUCE, names, process_set, group, len(tensors)):
+        prepared = [
+            _allreduce_prepare(t, op, n, prescale_factor, postscale_factor, inplace, group, len(tensors), process_set)
+            for n, t in zip(names, tensors)
+        ]
     if inplace:
         finish = lambda _: [_write_back(conv, out) for conv, out, _ in prepared]  # noqa: E731
     else:
@@ -152,24 +146,24 @@ def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0, post
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Start a broadcast of ``tensor`` from ``root_rank`` (a global rank); the input is not modified."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.broadcast_async(tensor, root_rank, name, process_set)
-    name = name or _auto_name("broadcast", process_set)
-    conv = Converted(tensor)
-    out = aligned_empty(conv.array.shape, conv.array.dtype)
-    spec = _spec(OpType.BROADCAST, name, conv.array, out, root=root_rank, process_set=process_set)
+    name = _name(name, "broadcast", process_set)
+    with failing_together(OpType.BROADCAST, [name], process_set):
+        conv = Converted(tensor)
+        out = aligned_empty(conv.array.shape, conv.array.dtype)
+        spec = _spec(OpType.BROADCAST, name, conv.array, out, root=root_rank, process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place ``broadcast_async``: non-root ranks receive into ``tensor``."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.broadcast_async_(tensor, root_rank, name, process_set)
-    name = name or _auto_name("broadcast", process_set)
-    conv = Converted(tensor)
-    out = _inplace_target(conv, "broadcast_")
-    spec = _spec(OpType.BROADCAST, name, out, out, root=root_rank, process_set=process_set)
+    name = _name(name, "broadcast", process_set)
+    with failing_together(OpType.BROADCAST, [name], process_set):
+        conv = Converted(tensor)
+        out = _inplace_target(conv, "broadcast_")
+        spec = _spec(OpType.BROADCAST, name, out, out, root=root_rank, process_set=process_set)
     return submit([spec], lambda _: _write_back(conv, out), (conv, out))
 
 
@@ -199,10 +193,10 @@ def _allgather_prepare(tensor, name, group="", group_size=0, process_set=None):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start an allgather: concatenation over ranks along the first dimension, which may differ."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.allgather_async(tensor, name, process_set)
-    name = name or _auto_name("allgather", process_set)
-    keep, spec, finish = _allgather_prepare(tensor, name, process_set=process_set)
+    name = _name(name, "allgather", process_set)
+    with failing_together(OpType.ALLGATHER, [name], process_set):
+        keep, spec, finish = _allgather_prepare(tensor, name, process_set=process_set)
     return submit([spec], lambda outcomes: finish(outcomes[0]), keep)
 
 
@@ -214,11 +208,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Allgather each tensor of a list, negotiated together; the handle resolves to the list."""
     tensors = list(tensors)
     if _on_device(tensors):
-        from . import device_ops
         return device_ops.grouped_allgather_async(tensors, name, process_set)
-    group = name or _auto_name("grouped_allgather", process_set)
-    prepared = [_allgather_prepare(t, f"{group}.{i}", group, len(tensors), process_set)
-                for i, t in enumerate(tensors)]
+    group = _name(name, "grouped_allgather", process_set)
+    names = [f"{group}.{i}" for i in range(len(tensors))]
+    with failing_together(OpType.ALLGATHER, names, process_set, group, len(tensors)):
+        prepared = [_allgather_prepare(t, n, group, len(tensors), process_set) for n, t in zip(names, tensors)]
     finish = lambda outcomes: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
     return submit([spec for _, spec, _ in prepared], finish, [keep for keep, _, _ in prepared])
 
@@ -234,18 +228,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Start an alltoall: rows ``splits[i]`` of the first dimension go to the set's i-th rank
     (equal parts when ``splits`` is None)."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.alltoall_async(tensor, splits, name, process_set)
-    name = name or _auto_name("alltoall", process_set)
-    conv = Converted(tensor)
-    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    spec = _spec(OpType.ALLTOALL, name, conv.array, None, splits=split_list, process_set=process_set)
+    name = _name(name, "alltoall", process_set)
+    with failing_together(OpType.ALLTOALL, [name], process_set):
+        conv = Converted(tensor)
+        spec = _spec(OpType.ALLTOALL, name, conv.array, None, splits=arguments.splits(splits), process_set=process_set)
 
     def finish(outcomes):
+        # Always both, as Horovod's handles: alltoall() drops the splits when none were given.
         buffer, shape, received = outcomes[0][2:5]
         output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
-        if splits is None:
-            return output
         return output, conv.wrap_index(np.asarray(received, dtype=np.int32))
 
     return submit([spec], finish, conv)
@@ -253,7 +245,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Returns the received tensor; with ``splits``, ``(received, received_splits)`` as Horovod."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    received, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return received if splits is None else (received, received_splits)
 
 
 # ---------------------------------------------------------------- reducescatter
@@ -263,7 +256,7 @@ def _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor, 
     conv = Converted(tensor)
     arr = conv.array
     if arr.ndim == 0:
-        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
+        raise InvalidArgumentError(f"reducescatter needs a tensor with at least one dimension (tensor '{name}')")
     n, r = set_size(process_set), set_rank(process_set)
     rows = arr.shape[0] // n + (1 if r < arr.shape[0] % n else 0)
     out = aligned_empty((rows,) + arr.shape[1:], arr.dtype)
@@ -277,11 +270,11 @@ def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, post
     """Start a reducescatter: reduce over the set's ranks, its i-th rank keeps the i-th block
     of rows (the first ``dim0 % n`` ranks get one extra row)."""
     if _on_device(tensor):
-        from . import device_ops
         return device_ops.reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
-    name = name or _auto_name("reducescatter", process_set)
-    conv, out, spec = _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor,
-                                             process_set=process_set)
+    name = _name(name, "reducescatter", process_set)
+    with failing_together(OpType.REDUCESCATTER, [name], process_set):
+        conv, out, spec = _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor,
+                                                 process_set=process_set)
     return submit([spec], lambda _: conv.wrap(out), (conv, out))
 
 
@@ -295,13 +288,14 @@ def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=
     """Reducescatter each tensor of a list, negotiated together; the handle resolves to the list."""
     tensors = list(tensors)
     if _on_device(tensors):
-        from . import device_ops
         return device_ops.grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
                                                       process_set)
-    group = name or _auto_name("grouped_reducescatter", process_set)
-    prepared = [_reducescatter_prepare(t, op, f"{group}.{i}", prescale_factor, postscale_factor, group,
-                                       len(tensors), process_set)
-                for i, t in enumerate(tensors)]
+    group = _name(name, "grouped_reducescatter", process_set)
+    names = [f"{group}.{i}" for i in range(len(tensors))]
+    with failing_together(OpType.REDUCESCATTER, names, process_set, group, len(tensors)):
+        prepared = [_reducescatter_prepare(t, op, n, prescale_factor, postscale_factor, group, len(tensors),
+                                           process_set)
+                    for n, t in zip(names, tensors)]
     finish = lambda _: [conv.wrap(out) for conv, out, _ in prepared]  # noqa: E731
     return submit([spec for _, _, spec in prepared], finish, prepared)
 
@@ -316,7 +310,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, p
 
 def barrier(name=None, process_set=global_process_set):
     """Block until every rank of ``process_set`` has called barrier."""
-    name = name or _auto_name("barrier", process_set)
+    name = _name(name, "barrier", process_set)
     empty = np.empty(0, dtype=np.uint8)
     spec = _spec(OpType.BARRIER, name, empty, None, process_set=process_set)
     synchronize(submit([spec], lambda _: None, None))

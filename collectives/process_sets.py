@@ -18,9 +18,9 @@ class ProcessSet:
 
     def __init__(self, ranks_or_comm):
         self.process_set_id = None
-        self._comm = None
+        self.mpi_comm = None  # Horovod's attribute name
         if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator
-            self._comm = ranks_or_comm
+            self.mpi_comm = ranks_or_comm
             self.ranks = None
         else:
             self.ranks = sorted(int(r) for r in ranks_or_comm)
@@ -29,7 +29,7 @@ class ProcessSet:
         if self.ranks is None:
             from mpi4py import MPI
 
-            group = self._comm.Get_group()
+            group = self.mpi_comm.Get_group()
             world = MPI.COMM_WORLD.Get_group()
             self.ranks = sorted(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world))
         return self.ranks
@@ -87,6 +87,15 @@ def process_set_id(process_set):
     return process_set.process_set_id
 
 
+def process_set_by_id(set_id):
+    """The registered ProcessSet with id ``set_id`` (as Horovod's); InvalidArgumentError if none."""
+    if set_id == 0:
+        return global_process_set
+    if set_id not in _registered:
+        raise InvalidArgumentError(f"no registered process set has id {set_id}")
+    return _registered[set_id]
+
+
 def set_size(process_set):
     return basics.size() if process_set_id(process_set) == 0 else len(process_set.ranks)
 
@@ -106,21 +115,98 @@ def _control(op, name, splits=(), root=0):
 _add_count = 0
 _remove_count = 0
 
+# What each rank says about one add_process_set call (see _gather_requests).
+_BY_RANKS, _BY_COMM, _OUTSIDE_JOB = 1, 2, 3
+
+
+def _gather_requests(ps, by_comm, name):
+    """Every rank's (kind, members) for this add_process_set call, as a (size, size + 1) int32
+    matrix: column 0 is the kind, the rest the membership of the rank's communicator (all
+    zeros for a rank list, which the engine validates itself). Every rank takes part before
+    anything is judged, so ranks that pass different kinds of set, or communicators that
+    disagree, fail alike on every rank instead of leaving the others waiting."""
+    from .ops import allgather
+
+    n = basics.size()
+    row = np.zeros((1, n + 1), dtype=np.int32)
+    row[0, 0] = _BY_COMM if by_comm else _BY_RANKS
+    if by_comm:
+        members = ps._resolve()
+        if all(0 <= r < n for r in members):
+            row[0, [r + 1 for r in members]] = 1
+        else:
+            row[0, 0] = _OUTSIDE_JOB
+    return allgather(row, name=f"{name}.requests")
+
+
+def _comm_groups(requests):
+    """The distinct groups of a communicator-based add, in order of their lowest rank;
+    raises InvalidArgumentError (on every rank alike) if the communicators disagree."""
+    kinds = requests[:, 0]
+    outside = [r for r, k in enumerate(kinds) if k == _OUTSIDE_JOB]
+    if outside:
+        raise InvalidArgumentError(f"add_process_set: the communicators of ranks {outside} hold processes outside "
+                                   f"this job's {basics.size()} ranks (ranks are those of MPI.COMM_WORLD)")
+    if not (kinds == _BY_COMM).all():
+        comm_ranks = [r for r, k in enumerate(kinds) if k == _BY_COMM]
+        list_ranks = [r for r, k in enumerate(kinds) if k != _BY_COMM]
+        raise InvalidArgumentError(
+            f"add_process_set: ranks {comm_ranks} passed a ProcessSet built from an MPI communicator and ranks "
+            f"{list_ranks} one built from a list of ranks; every rank must pass the same kind of set")
+    groups = []
+    for r, row in enumerate(requests[:, 1:]):
+        members = [int(m) for m in np.flatnonzero(row)]
+        if r not in members:
+            raise InvalidArgumentError(f"add_process_set: rank {r}'s communicator {members} does not contain rank {r}")
+        for m in members:
+            if not np.array_equal(requests[m, 1:], row):
+                theirs = [int(x) for x in np.flatnonzero(requests[m, 1:])]
+                raise InvalidArgumentError(
+                    f"add_process_set: communicators disagree: rank {r}'s holds ranks {members}, but rank {m}'s "
+                    f"holds {theirs}")
+        if members not in groups:
+            groups.append(members)
+    return groups
+
+
+def _register(ranks):
+    """One PROCESS_SET_ADD on every rank; returns the new id."""
+    global _add_count
+    name = f"process_set.add.{_add_count}"
+    _add_count += 1
+    return int(_control(OpType.PROCESS_SET_ADD, name, splits=ranks))
+
 
 def add_process_set(process_set):
     """Register a process set (a ProcessSet or a sequence of ranks) on every rank; returns it.
 
     Every rank must call this, in the same order. Raises ValueError for a set with the same
-    ranks as an existing one."""
-    global _add_count
+    ranks as an existing one. A ProcessSet built from an mpi4py communicator may hold a
+    different communicator on each rank (``comm.Split(color)``): as in Horovod, one set is
+    registered per distinct group (in order of the groups' lowest ranks), and each rank's
+    object gets the id of its own group (a group of every rank is the global set)."""
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise InvalidArgumentError(f"{ps!r} is already registered")
-    ranks = ps._resolve()
-    name = f"process_set.add.{_add_count}"
-    _add_count += 1
-    ps.process_set_id = int(_control(OpType.PROCESS_SET_ADD, name, splits=ranks))
-    _registered[ps.process_set_id] = ps
+    by_comm = ps.ranks is None
+    requests = _gather_requests(ps, by_comm, f"process_set.add.{_add_count}")
+    if not by_comm:
+        if (requests[:, 0] != _BY_RANKS).any():
+            _comm_groups(requests)  # raises: kinds differ
+        ps.process_set_id = _register(ps.ranks)
+        _registered[ps.process_set_id] = ps
+        return ps
+    mine = ps._resolve()
+    for group in _comm_groups(requests):
+        if group == list(range(basics.size())):
+            set_id, holder = 0, global_process_set
+        else:
+            set_id = _register(group)
+            holder = ps if group == mine else ProcessSet(group)
+            holder.process_set_id = set_id
+            _registered[set_id] = holder
+        if group == mine:
+            ps.process_set_id = set_id
     return ps
 
 

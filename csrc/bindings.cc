@@ -9,7 +9,10 @@
 #include "dlpack_export.h"
 #include "engine.h"
 #include "gpu_loader.h"
+#include "half_math.h"
 #include "log.h"
+#include "process_id.h"
+#include "python_gil.h"
 
 namespace py = pybind11;
 using namespace collectives;
@@ -27,6 +30,8 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("timeline_mark_cycles")) c.timeline_mark_cycles = d["timeline_mark_cycles"].cast<bool>();
   if (d.contains("stall_check_s")) c.stall_check_s = d["stall_check_s"].cast<double>();
   if (d.contains("stall_shutdown_s")) c.stall_shutdown_s = d["stall_shutdown_s"].cast<double>();
+  if (d.contains("init_timeout_s")) c.init_timeout_s = d["init_timeout_s"].cast<double>();
+  if (d.contains("buffer_pool_bytes")) c.buffer_pool_bytes = d["buffer_pool_bytes"].cast<int64_t>();
   if (d.contains("cuda_driver_library")) c.cuda_driver_library = d["cuda_driver_library"].cast<std::string>();
   if (d.contains("nccl_library")) c.nccl_library = d["nccl_library"].cast<std::string>();
   if (d.contains("nccl_problem")) c.nccl_problem = d["nccl_problem"].cast<std::string>();
@@ -136,6 +141,36 @@ py::dict GpuInfo() {
   return d;
 }
 
+// How often a thread blocked in wait() takes the GIL back to run Python's signal handlers
+// (Ctrl-C's KeyboardInterrupt, SIGALRM, ...): they run only when the main thread executes Python.
+constexpr auto kSignalCheck = std::chrono::milliseconds(20);
+
+// Python owns engines through this deleter. Two are never destroyed: a forked child's copy (its
+// threads and locks belong to the parent; destroying its condition variables hung the child)
+// and an engine whose init timed out (its thread, stuck in MPI, still uses it).
+struct EngineDeleter {
+  void operator()(Engine* e) const {
+    if (e->forked_child() || e->abandoned()) return;
+    delete e;
+  }
+};
+
+std::string ForkedChildMessage(int parent_pid) {
+  return "collectives was initialized in the parent process (pid " + std::to_string(parent_pid) +
+         "); a forked child (a DataLoader or multiprocessing worker, os.fork()) cannot use it: run collective "
+         "operations in the parent, and call collectives.init() only in processes that mpirun or collectivesrun "
+         "started";
+}
+
+// Py_AtExit: runs after the interpreter finalized (after mpi4py's own exit code would, which
+// basics.py turns off when the engine initializes MPI).
+void FinalizeMpiAtExit() {
+  if (!Engine::ShouldFinalizeMpi()) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
 std::string MpiLibraryVersion() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
@@ -166,34 +201,16 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("shape", [](const gpu::DeviceBuffer& b) { return b.shape; })
       .def_property_readonly("dtype", [](const gpu::DeviceBuffer& b) { return static_cast<int>(b.dtype); })
       .def("__dlpack_device__", [](const gpu::DeviceBuffer& b) { return py::make_tuple(kDLCUDA, b.device()); })
-      .def(
-          "__dlpack__",
-          [](std::shared_ptr<gpu::DeviceBuffer> b, py::object stream, py::object, py::object, py::object) {
-            // The consumer's stream: the memory is freed in its order, as a framework's caching
-            // allocator would do for its own tensors (None/-1: the legacy default stream).
-            if (!stream.is_none()) {
-              const int64_t s = stream.cast<int64_t>();
-              if (s >= 0) b->set_free_stream(static_cast<uintptr_t>(s == 0 ? gpu::kLegacyStream : s));
-            }
-            return MakeDlpackCapsule(b->data(), kDLCUDA, b->device(), b->shape, b->dtype, b);
-          },
-          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
-      .def_property_readonly("__cuda_array_interface__", [](const gpu::DeviceBuffer& b) {
-        const char* typestr = ArrayInterfaceTypestr(b.dtype);
-        if (!*typestr) throw py::attribute_error("bfloat16 has no __cuda_array_interface__ type; use __dlpack__");
-        py::dict d;
-        std::vector<py::ssize_t> shape(b.shape.begin(), b.shape.end());
-        d["shape"] = py::tuple(py::cast(shape));
-        d["typestr"] = typestr;
-        d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(b.data()), false);
-        d["strides"] = py::none();
-        d["stream"] = py::none();  // complete: nothing to synchronize with
-        d["version"] = 3;
-        return d;
-      });
+      .def("__dlpack__", &DeviceBufferDlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def_property_readonly("__cuda_array_interface__", &DeviceBufferArrayInterface);
 
-  py::class_<Engine>(m, "Engine")
+  TrackForks();
+  Py_AtExit(&FinalizeMpiAtExit);
+  // Before the interpreter finalizes, stop letting blocked threads take the GIL back (python_gil.h).
+  py::module_::import("atexit").attr("register")(py::cpp_function([]() { gil::MarkExiting(); }));
+
+  py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine")
       .def(py::init<>())
       .def("start",
            [](Engine& e, uintptr_t comm_address, const py::dict& config) {
@@ -202,14 +219,25 @@ PYBIND11_MODULE(_engine, m) {
              MPI_Comm comm = comm_address ? *reinterpret_cast<MPI_Comm*>(comm_address) : MPI_COMM_WORLD;
              EngineConfig c = ConfigFromDict(config);
              Status st;
-             {
-               py::gil_scoped_release nogil;
-               st = e.Start(comm, c);
-             }
+             gil::WithoutGil([&] { st = e.Start(comm, c); });
              return StatusTuple(st);
            })
-      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "shutdown",
+          // exiting: called from the process's exit (the other ranks learn that this rank is gone
+          // for good, so their init() does not wait for it).
+          [](Engine& e, bool exiting) { gil::WithoutGil([&] { e.Shutdown(exiting); }); }, py::arg("exiting") = false)
       .def_property_readonly("running", &Engine::running)
+      // (stopped, restartable, code, message): why the engine stopped and whether init() may
+      // start another one (Engine::StopInfo).
+      .def("stop_info",
+           [](Engine& e) {
+             const Engine::StopInfo info = e.stop_info();
+             return py::make_tuple(info.stopped, info.restartable, static_cast<int>(info.reason.code),
+                                   info.reason.message);
+           })
+      .def_property_readonly("forked_child", &Engine::forked_child)
+      .def_property_readonly("owner_pid", &Engine::owner_pid)
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size)
       .def_property_readonly("local_rank", &Engine::local_rank)
@@ -227,21 +255,48 @@ PYBIND11_MODULE(_engine, m) {
              Status st = e.Enqueue(std::move(subs), &handles);
              return py::make_tuple(static_cast<int>(st.code), st.message, handles);
            })
+      .def("announce_failure",
+           // specs: (op, name, group, group_size, process_set) of the requests this rank could not
+           // submit; the other ranks fail those names with `reason` (see Engine::AnnounceFailure).
+           [](Engine& e, const py::list& specs, const std::string& reason) {
+             std::vector<Request> reqs;
+             for (const auto& item : specs) {
+               py::tuple t = item.cast<py::tuple>();
+               if (t.size() != 5) throw py::value_error("announce_failure takes (op, name, group, group_size, process_set)");
+               Request q;
+               q.op = static_cast<OpType>(t[0].cast<int32_t>());
+               q.name = t[1].cast<std::string>();
+               q.group = t[2].cast<std::string>();
+               q.group_size = t[3].cast<int32_t>();
+               q.process_set = t[4].cast<int32_t>();
+               reqs.push_back(std::move(q));
+             }
+             e.AnnounceFailure(std::move(reqs), reason);
+           })
       .def("poll", &Engine::Poll)
       .def("wait",
            // Blocks without the GIL, then removes the handle and returns
            // (code, message, engine_output_or_None, output_shape, received_splits, value); value is
-           // join's last rank to join, or a new process set's id.
+           // join's last rank to join, or a new process set's id. Python's signal handlers run
+           // while it blocks; one that raises (KeyboardInterrupt) leaves the handle uncollected, so
+           // a later wait still returns its outcome.
            [](Engine& e, int64_t handle) {
-             {
-               py::gil_scoped_release nogil;
-               e.Wait(handle);
+             if (e.forked_child()) {
+               Result r;
+               r.status = Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.owner_pid()));
+               return ResultTuple(std::move(r));
+             }
+             for (bool first = true;; first = false) {
+               bool done = false;
+               gil::WithoutGil([&] { done = e.Wait(handle, first, kSignalCheck); });
+               if (done) break;
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
              }
              return ResultTuple(e.Collect(handle));
            })
       .def("start_timeline",
            [](Engine& e, const std::string& path, bool mark_cycles) { return StatusTuple(e.StartTimeline(path, mark_cycles)); })
-      .def("stop_timeline", &Engine::StopTimeline, py::call_guard<py::gil_scoped_release>());
+      .def("stop_timeline", [](Engine& e) { gil::WithoutGil([&] { e.StopTimeline(); }); });
 
   m.def("aligned_empty", &AlignedEmpty, py::arg("shape"), py::arg("dtype"));
   m.def("gpu_info", &GpuInfo);
@@ -269,7 +324,39 @@ PYBIND11_MODULE(_engine, m) {
     for (int64_t i = 0; i < buf->size(); ++i) static_cast<uint8_t*>(buf->data())[i] = static_cast<uint8_t>(i % 251);
     return MakeDlpackCapsule(buf->data(), kDLCPU, 0, shape, static_cast<DataType>(dtype), buf);
   });
+  m.def("forked_child_message", &ForkedChildMessage, py::arg("parent_pid"));
   m.def("set_log_level", [](int level) { SetLogLevel(static_cast<LogLevel>(level)); });
+  // float16/bfloat16 arithmetic as the MPI reductions and scaling run it (tests compare the
+  // vector and the portable paths against numpy): op 0-3 reduces `in` into `inout` (Sum, Min,
+  // Max, Product); op -1 scales `inout` by `factor`.
+  m.def("half_math_for_testing", [](bool bf16, int op, py::array_t<uint16_t> in, py::array_t<uint16_t> inout,
+                                    double factor, bool portable) {
+    if (in.size() != inout.size()) throw py::value_error("in and inout differ in size");
+    SetHalfPortableForTesting(portable);
+    const HalfKind kind = bf16 ? HalfKind::BFLOAT16 : HalfKind::FLOAT16;
+    uint16_t* out = inout.mutable_data();
+    if (op < 0)
+      ScaleHalf(kind, out, out, inout.size(), static_cast<float>(factor));
+    else
+      ReduceHalf(kind, static_cast<HalfOp>(op), in.data(), out, inout.size());
+    const char* path = HalfPathName();
+    SetHalfPortableForTesting(false);
+    return std::string(path);
+  });
+  // The host buffer pool's counters (buffer_pool.h), for tests and memory diagnostics.
+  m.def("buffer_pool_stats", []() {
+    const BufferPoolStats s = GetBufferPoolStats();
+    py::dict d;
+    d["limit_bytes"] = s.limit_bytes;
+    d["idle_bytes"] = s.idle_bytes;
+    d["idle_buffers"] = s.idle_buffers;
+    d["in_use_bytes"] = s.in_use_bytes;
+    d["in_use_buffers"] = s.in_use_buffers;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["evictions"] = s.evictions;
+    return d;
+  });
   m.def("mpi_library_version", &MpiLibraryVersion);
   m.def("mpi_version", []() {
     int major = 0, minor = 0;

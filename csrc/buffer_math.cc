@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "half.h"
+#include "half_math.h"
 
 namespace collectives {
 namespace {
@@ -10,12 +10,6 @@ namespace {
 template <typename T>
 void ScaleTyped(T* dst, const T* src, int64_t n, double f) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]) * f);
-}
-
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void Scale16(uint16_t* dst, const uint16_t* src, int64_t n, double f) {
-  const float ff = static_cast<float>(f);
-  for (int64_t i = 0; i < n; ++i) dst[i] = FromF(ToF(src[i]) * ff);
 }
 
 template <typename T>
@@ -42,10 +36,10 @@ void ScaledCopy(void* dst, const void* src, int64_t n, DataType t, double f) {
     }
     case DataType::FLOAT64: ScaleTyped(static_cast<double*>(dst), static_cast<const double*>(src), n, f); break;
     case DataType::FLOAT16:
-      Scale16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, f);
+      ScaleHalf(HalfKind::FLOAT16, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, static_cast<float>(f));
       break;
     case DataType::BFLOAT16:
-      Scale16<Bf16ToFloat, FloatToBf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, f);
+      ScaleHalf(HalfKind::BFLOAT16, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, static_cast<float>(f));
       break;
     case DataType::BOOL:
       if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n));

@@ -94,6 +94,14 @@ void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
       joins = true;
       continue;
     }
+    if (!q.group.empty()) {
+      const std::string group_error = TrackGroup(q);
+      if (!group_error.empty()) {
+        FailGroup(q.group, group_error);
+        ready_.push_back(ErrorResponse(q, group_error));
+        continue;
+      }
+    }
     auto it = table_.find(q.name);
     if (it == table_.end()) {
       Entry e;
@@ -101,6 +109,7 @@ void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
       e.by_rank.resize(static_cast<size_t>(size_));
       e.have.assign(static_cast<size_t>(size_), false);
       e.first_seen = now;
+      e.group = q.group;
       it = table_.emplace(q.name, std::move(e)).first;
     }
     Entry& e = it->second;
@@ -129,6 +138,81 @@ void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
     joined_.assign(static_cast<size_t>(size_), false);
     joined_count_ = 0;
     last_joined_ = -1;
+  }
+}
+
+std::string Coordinator::TrackGroup(const Request& q) {
+  GroupTrack& t = group_tracks_[q.group];
+  if (t.declared.empty()) {
+    t.declared.assign(static_cast<size_t>(size_), 0);
+    t.seen.assign(static_cast<size_t>(size_), 0);
+  }
+  const size_t r = static_cast<size_t>(q.rank);
+  if (t.declared[r] == 0) t.declared[r] = q.group_size;
+  ++t.seen[r];
+  if (t.error.empty()) {
+    bool differ = false;
+    for (int32_t d : t.declared) differ = differ || (d != 0 && d != t.declared[r]);
+    if (differ) {
+      std::ostringstream os;
+      os << "Mismatched grouped operation '" << q.group << "': the ranks submitted different numbers of tensors (";
+      bool first = true;
+      for (size_t k = 0; k < t.declared.size(); ++k) {
+        if (t.declared[k] == 0) continue;
+        os << (first ? "" : ", ") << "rank " << k << " has " << t.declared[k];
+        first = false;
+      }
+      os << "). Every rank must group the same tensors.";
+      t.error = os.str();
+    }
+  }
+  // Forget the group once every rank that named it sent all the members it announced (the
+  // name may be reused by the next step); a rank that sent nothing is a stall, not a mismatch.
+  const std::vector<int>* members = Members(q.process_set);
+  bool complete = true;
+  for (int m : members ? *members : all_ranks_)
+    complete = complete && t.declared[static_cast<size_t>(m)] != 0 &&
+               t.seen[static_cast<size_t>(m)] >= t.declared[static_cast<size_t>(m)];
+  std::string error = t.error;
+  if (complete) group_tracks_.erase(q.group);
+  return error;
+}
+
+Response Coordinator::ErrorResponse(const Request& q, const std::string& error) const {
+  Response resp;
+  resp.name = q.name;
+  resp.op = q.op;
+  resp.dtype = q.dtype;
+  resp.process_set = q.process_set;
+  resp.group = q.group;
+  resp.group_size = q.group_size;
+  resp.shape = q.shape;
+  resp.device = q.device;
+  resp.error = error;
+  return resp;
+}
+
+void Coordinator::FailGroup(const std::string& group, const std::string& error) {
+  auto g = groups_.find(group);
+  if (g != groups_.end()) {
+    for (Response& m : g->second.ready) {
+      m.error = error;
+      ready_.push_back(std::move(m));
+    }
+    groups_.erase(g);
+  }
+  std::vector<std::string> names;
+  for (const auto& kv : table_)
+    if (kv.second.group == group) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const Entry& e = table_[name];
+    for (size_t r = 0; r < e.have.size(); ++r) {
+      if (!e.have[r]) continue;
+      ready_.push_back(ErrorResponse(e.by_rank[r], error));
+      break;
+    }
+    table_.erase(name);
   }
 }
 
@@ -180,6 +264,11 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
                  ", which is not a member of process set " + std::to_string(e.process_set);
     return resp;
   }
+  // A rank that found its input bad fails the tensor everywhere with its reason.
+  std::ostringstream failed;
+  for (const Request& r : q)
+    if (!r.failure.empty())
+      failed << (failed.tellp() > 0 ? "; " : "") << "rank " << r.rank << ": " << r.failure;
   const Request& first = q[0];
   resp.op = first.op;
   resp.dtype = first.dtype;
@@ -197,6 +286,11 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
     return resp;
   }
   const int n = static_cast<int>(members->size());
+  if (failed.tellp() > 0) {
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + name + "' failed on another rank (" +
+                 failed.str() + ")";
+    return resp;
+  }
 
   std::string err;
   auto op_name = [](const Request& r) { return std::string(OpTypeName(r.op)); };

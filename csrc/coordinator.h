@@ -45,6 +45,7 @@ class Coordinator {
     std::vector<Request> by_rank;
     std::vector<bool> have;
     int count = 0;
+    std::string group;  // grouped requests: the group's name
     Clock::time_point first_seen;
     Clock::time_point last_warned;
     bool warned = false;
@@ -52,6 +53,14 @@ class Coordinator {
   struct GroupState {
     std::vector<Response> ready;
     std::string first_error;
+  };
+  // What each rank said about a group in flight: how many members it has, and how many of
+  // them arrived. Ranks disagreeing about the size fail the whole group at once (waiting for
+  // the larger count would wait forever on the ranks that have fewer).
+  struct GroupTrack {
+    std::vector<int32_t> declared;  // per rank; 0: nothing seen from that rank yet
+    std::vector<int32_t> seen;
+    std::string error;              // non-empty once the ranks disagreed
   };
 
   // Global ranks of a process set; nullptr for an unknown set.
@@ -61,6 +70,11 @@ class Coordinator {
   void OnJoin(const Request& q, Clock::time_point now);
   Response Validate(const std::string& name, const Entry& e) const;
   void Emit(Response&& r);
+  // Records a grouped request; returns the group's error once ranks disagree on its size.
+  std::string TrackGroup(const Request& q);
+  // Fails every member of `group` held so far (in the table or waiting for the rest of the group).
+  void FailGroup(const std::string& group, const std::string& error);
+  Response ErrorResponse(const Request& q, const std::string& error) const;
 
   int size_;
   std::vector<int> all_ranks_;
@@ -76,6 +90,7 @@ class Coordinator {
   Clock::duration stall_shutdown_;
   std::unordered_map<std::string, Entry> table_;
   std::unordered_map<std::string, GroupState> groups_;
+  std::unordered_map<std::string, GroupTrack> group_tracks_;
   std::vector<Response> ready_;
 };
 

@@ -3,6 +3,11 @@
 // (int16, scaled Min/Max/Product, scaled integers), staged through host memory and MPI with
 // the host path's own arithmetic. Handles complete from the backend's completion thread once
 // the GPU has finished.
+//
+// Every member of a process set launches the same NCCL calls or none: a step that can fail
+// on one member alone (allocating the fusion buffer or an output, making a PreMulSum
+// operator) is followed by an agreement over MPI before anything is launched. The response
+// alone decides whether a group has such a step, so all members agree at the same point.
 #include <cstring>
 
 #include "engine.h"
@@ -61,6 +66,7 @@ Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int3
     Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(s.output), dev, &out_dev);
     if (!st.ok()) return Status::Error(st.code, "output: " + st.message + where);
   }
+  if (dev < 0 && !any) dev = gpu_device_;  // empty arrays own no memory: this process's GPU
   if (dev < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot tell which GPU holds the tensor" + where);
   // One GPU per process, as in Horovod (each rank binds to its local_rank()'s GPU): the
   // communicators are per process set, and a rank's tensors must all use the same device.
@@ -70,6 +76,7 @@ Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int3
                          "collectives uses one GPU per process: this process uses GPU " + std::to_string(expected) +
                              ", but the tensor is on GPU " + std::to_string(dev) +
                              " (bind each rank to one device, e.g. torch.cuda.set_device(local_rank()))" + where);
+  rt.SetProcessDevice(dev);
   Status st = rt.RecordEvent(dev, s.stream, ready);
   if (!st.ok()) return Status::Error(st.code, st.message + where);
   *device = dev;
@@ -97,12 +104,7 @@ void Engine::ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Re
   std::vector<Result> results(group.size());
   std::vector<std::shared_ptr<void>> keep;
   Status st = RunDeviceGroup(ps, group, entries, &results, &keep);
-  if (!st.ok() && st.code == StatusCode::INTERNAL) {
-    // This rank's part did not run as the others' did: abort the set's communicator so that
-    // what follows on it fails instead of running out of step.
-    Log(LogLevel::ERROR, st.message);
-    if (nccl_) nccl_->Abort(ps.id, st.message);
-  }
+  if (!st.ok() && st.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, st.message);
 
   struct Item {
     int64_t handle;
@@ -142,7 +144,7 @@ Status Engine::RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Re
   auto out = std::make_shared<HostBuffer>(out_n * esize);
   keep->push_back(in);
   keep->push_back(out);
-  Status local = nccl_->Start(p->gpu_device, spin_);
+  Status local = nccl_->Start(p->gpu_device, spin_, config_.stall_check_s, config_.stall_shutdown_s);
   if (local.ok()) local = nccl_->WaitFor(p->ready);
   if (local.ok()) local = nccl_->CopyDeviceToHost(in->data(), p->input, n * esize);
   if (local.ok()) local = nccl_->Synchronize();
@@ -180,7 +182,7 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
     const int count = gpu::Runtime::Get().DeviceCount();
     if (count > 0) dev = local_rank_ % count;
   }
-  Status local = dev >= 0 ? nccl_->Start(dev, spin_)
+  Status local = dev >= 0 ? nccl_->Start(dev, spin_, config_.stall_check_s, config_.stall_shutdown_s)
                           : Status::Error(StatusCode::UNSUPPORTED_TYPE,
                                           "this rank cannot take part in a GPU collective: " +
                                               (gpu::Libraries::Get().available() ? std::string("no GPU device")
@@ -190,42 +192,69 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
   if (!st.ok()) return local.ok() ? st : local;
   for (Pending* p : entries) {
     if (!p) continue;
-    st = nccl_->WaitFor(p->ready);
+    if (local.ok()) local = nccl_->WaitFor(p->ready);
     p->ready.reset();  // the wait is enqueued; the event may be recorded again
-    if (!st.ok()) return st;
   }
 
+  // Local preparation, then (where it can fail on one member alone) the agreement, then the
+  // launch. A member whose part cannot run without an agreement step aborts the set's
+  // communicator: the others launched, and what follows on it must fail, not run out of step.
+  auto agree_or_abort = [&](bool agreement) {
+    if (agreement) return nccl_->Agree(ps, local);
+    if (!local.ok()) nccl_->Abort(ps.id, local.message);
+    return local;
+  };
   const int64_t esize = DataTypeSize(r.dtype);
   switch (r.op) {
     case OpType::ALLREDUCE: {
-      if (group.size() == 1 && entries[0]) {
-        Pending* p = entries[0];
-        return nccl_->Allreduce(ps.id, p->input, p->output, NumElements(r.shape), r.dtype, r.reduce_op, r.prescale,
-                                r.postscale, ps.size());
+      // join_mode_ is the same on every rank: a joined one reduces zeros from the fusion buffer.
+      const bool fused = group.size() > 1 || join_mode_;
+      const bool custom = NcclBackend::NeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale);
+      // A fused group's scale factors go into its copies (the prescale when packing, the
+      // postscale when unpacking, Horovod's order) where every member has the copy kernel:
+      // agreed per set, so every member launches the same reduction operator.
+      const bool scale_in_copies = fused && custom && nccl_->ScalesInKernel(ps.id, r.dtype);
+      NcclBackend::RedOp op;
+      if (local.ok())
+        local = scale_in_copies ? nccl_->MakeRedOp(ps.id, r.dtype, r.reduce_op, 1.0, 1.0, ps.size(), &op)
+                                : nccl_->MakeRedOp(ps.id, r.dtype, r.reduce_op, r.prescale, r.postscale, ps.size(), &op);
+      if (!fused) {
+        st = agree_or_abort(custom);
+        if (st.ok()) {
+          Pending* p = entries[0];
+          st = nccl_->Allreduce(ps.id, p->input, p->output, NumElements(r.shape), r.dtype, op);
+        }
+        nccl_->FreeRedOp(ps.id, op);
+        return st;
       }
       // Fused (or a joined rank's zeros): one NCCL call over the device fusion buffer.
       int64_t total = 0;
       for (const Response* g : group) total += Bytes(*g);
       void* buf = nullptr;
-      st = nccl_->FusionBuffer(total, &buf);
-      if (!st.ok()) return st;
+      if (local.ok()) local = nccl_->FusionBuffer(total, &buf);
+      // One batched copy in, one out (a joined rank's zeros are a memset).
+      std::vector<gpu::Copy> in, out;
       int64_t off = 0;
-      for (size_t k = 0; k < group.size() && st.ok(); ++k) {
+      for (size_t k = 0; k < group.size() && local.ok(); ++k) {
         const int64_t b = Bytes(*group[k]);
-        st = entries[k] ? nccl_->CopyDeviceToDevice(At(buf, off), entries[k]->input, b) : nccl_->Zero(At(buf, off), b);
+        if (entries[k]) {
+          in.push_back(gpu::Copy{At(buf, off), entries[k]->input, b});
+          out.push_back(gpu::Copy{entries[k]->output, At(buf, off), b});
+        } else {
+          local = nccl_->Zero(At(buf, off), b);
+        }
         off += b;
       }
-      if (st.ok())
-        st = nccl_->Allreduce(ps.id, buf, buf, total / esize, r.dtype, r.reduce_op, r.prescale, r.postscale, ps.size());
-      off = 0;
-      for (size_t k = 0; k < group.size() && st.ok(); ++k) {
-        const int64_t b = Bytes(*group[k]);
-        if (entries[k]) st = nccl_->CopyDeviceToDevice(entries[k]->output, At(buf, off), b);
-        off += b;
-      }
+      if (local.ok()) local = nccl_->CopyMany(in, r.dtype, scale_in_copies ? r.prescale : 1.0);
+      st = agree_or_abort(true);
+      if (st.ok()) st = nccl_->Allreduce(ps.id, buf, buf, total / esize, r.dtype, op);
+      nccl_->FreeRedOp(ps.id, op);
+      if (st.ok()) st = nccl_->CopyMany(out, r.dtype, scale_in_copies ? r.postscale : 1.0);
       return st;
     }
     case OpType::BROADCAST: {
+      st = agree_or_abort(false);
+      if (!st.ok()) return st;
       Pending* p = entries[0];
       return nccl_->Broadcast(ps.id, p->input, p->output, NumElements(p->request.shape) * esize, ps.IndexOf(r.root));
     }
@@ -240,8 +269,12 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
         rows += d;
       }
       Result& res = (*results)[0];
-      st = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
-      if (!st.ok()) return st;
+      if (local.ok()) local = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      st = agree_or_abort(true);
+      if (!st.ok()) {
+        res.device_output.reset();
+        return st;
+      }
       res.output_shape = q.shape;
       res.output_shape[0] = rows;
       res.device_output->shape = res.output_shape;
@@ -263,8 +296,12 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
         res.received_splits.push_back(recv_rows);
         rows += recv_rows;
       }
-      st = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
-      if (!st.ok()) return st;
+      if (local.ok()) local = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      st = agree_or_abort(true);
+      if (!st.ok()) {
+        res.device_output.reset();
+        return st;
+      }
       res.output_shape = q.shape;
       res.output_shape[0] = rows;
       res.device_output->shape = res.output_shape;
@@ -279,8 +316,12 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
       const int n_set = ps.size();
       std::vector<int64_t> counts;
       for (int peer = 0; peer < n_set; ++peer) counts.push_back((dim0 / n_set + (peer < dim0 % n_set ? 1 : 0)) * row_elems);
-      return nccl_->ReduceScatter(ps.id, p->input, p->output, counts, r.dtype, r.reduce_op, r.prescale, r.postscale,
-                                  ps.set_rank);
+      NcclBackend::RedOp op;
+      if (local.ok()) local = nccl_->MakeRedOp(ps.id, r.dtype, r.reduce_op, r.prescale, r.postscale, n_set, &op);
+      st = agree_or_abort(NcclBackend::NeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale));
+      if (st.ok()) st = nccl_->ReduceScatter(ps.id, p->input, p->output, counts, r.dtype, op, ps.set_rank);
+      nccl_->FreeRedOp(ps.id, op);
+      return st;
     }
     default:
       return Status::Error(StatusCode::INTERNAL, std::string("internal: ") + OpTypeName(r.op) + " on the GPU path");

@@ -1,5 +1,9 @@
 #include "dlpack_export.h"
 
+#include <pybind11/stl.h>
+
+#include <utility>
+
 namespace collectives {
 namespace {
 
@@ -92,6 +96,56 @@ pybind11::capsule MakeDlpackCapsule(void* data, int32_t device_type, int32_t dev
     throw pybind11::error_already_set();
   }
   return pybind11::reinterpret_steal<pybind11::capsule>(cap);
+}
+
+pybind11::capsule DeviceBufferDlpack(const std::shared_ptr<gpu::DeviceBuffer>& buffer, const pybind11::object& stream,
+                                     const pybind11::object& max_version, const pybind11::object& dl_device,
+                                     const pybind11::object& copy) {
+  (void)max_version;  // the unversioned capsule is what every consumer accepts
+  if (!dl_device.is_none()) {
+    auto dev = dl_device.cast<std::pair<int32_t, int32_t>>();
+    if (dev.first != kDLCUDA || dev.second != buffer->device())
+      throw pybind11::buffer_error("this array is on CUDA device " + std::to_string(buffer->device()) +
+                                   " and cannot be exported to DLPack device (" + std::to_string(dev.first) + ", " +
+                                   std::to_string(dev.second) + ")");
+  }
+  // The consumer's stream, in DLPack's numbering: None means the legacy default stream, 0
+  // is not allowed (taken as the legacy stream too), -1 means the consumer names none.
+  int64_t s = stream.is_none() ? static_cast<int64_t>(gpu::kLegacyStream) : stream.cast<int64_t>();
+  if (s == 0) s = static_cast<int64_t>(gpu::kLegacyStream);
+  if (s < -1) throw pybind11::value_error("__dlpack__: invalid stream " + std::to_string(s));
+  if (!copy.is_none() && copy.cast<bool>()) {
+    std::shared_ptr<gpu::DeviceBuffer> dup;
+    Status st;
+    {
+      pybind11::gil_scoped_release nogil;
+      const uintptr_t order = s == -1 ? gpu::kLegacyStream : static_cast<uintptr_t>(s);
+      st = gpu::DeviceBuffer::CopyOf(*buffer, order, &dup);
+      // No stream named: the consumer will not wait for the copy, so it is complete on return.
+      if (st.ok() && s == -1) st = gpu::CudaStatus(gpu::Runtime::Get().api()->StreamSynchronize(gpu::StreamFromHandle(order)),
+                                                   "cuStreamSynchronize (a copy for __dlpack__)");
+    }
+    if (!st.ok()) throw pybind11::buffer_error("__dlpack__(copy=True): " + st.message);
+    return MakeDlpackCapsule(dup->data(), kDLCUDA, dup->device(), dup->shape, dup->dtype, dup);
+  }
+  buffer->set_consumer_stream(s);
+  return MakeDlpackCapsule(buffer->data(), kDLCUDA, buffer->device(), buffer->shape, buffer->dtype, buffer);
+}
+
+pybind11::dict DeviceBufferArrayInterface(const std::shared_ptr<gpu::DeviceBuffer>& buffer) {
+  const char* typestr = ArrayInterfaceTypestr(buffer->dtype);
+  if (!*typestr) throw pybind11::attribute_error("bfloat16 has no __cuda_array_interface__ type; use __dlpack__");
+  // Whoever reads it may use any stream: freeing waits for the whole device (gpu_runtime.h).
+  buffer->set_consumer_unknown();
+  pybind11::dict d;
+  std::vector<pybind11::ssize_t> shape(buffer->shape.begin(), buffer->shape.end());
+  d["shape"] = pybind11::tuple(pybind11::cast(shape));
+  d["typestr"] = typestr;
+  d["data"] = pybind11::make_tuple(reinterpret_cast<uintptr_t>(buffer->data()), false);
+  d["strides"] = pybind11::none();
+  d["stream"] = pybind11::none();  // complete: nothing to synchronize with
+  d["version"] = 3;
+  return d;
 }
 
 const char* ArrayInterfaceTypestr(DataType dtype) {

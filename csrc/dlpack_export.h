@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu_runtime.h"
 #include "types.h"
 
 namespace collectives {
@@ -20,6 +21,16 @@ constexpr int32_t kDLCUDA = 2;
 // until the consumer calls the deleter (or the capsule dies unconsumed).
 pybind11::capsule MakeDlpackCapsule(void* data, int32_t device_type, int32_t device_id, const std::vector<int64_t>& shape,
                                     DataType dtype, std::shared_ptr<void> owner);
+
+// DeviceBuffer.__dlpack__ (the array API's signature). `stream` is the consumer's (None: the
+// legacy default stream, -1: none named); the buffer is freed in its order when the
+// consumer lets go (gpu_runtime.h). copy=True exports a copy made on that stream;
+// dl_device other than the buffer's GPU raises BufferError.
+pybind11::capsule DeviceBufferDlpack(const std::shared_ptr<gpu::DeviceBuffer>& buffer, const pybind11::object& stream,
+                                     const pybind11::object& max_version, const pybind11::object& dl_device,
+                                     const pybind11::object& copy);
+// DeviceBuffer.__cuda_array_interface__ (version 3; the data is complete, so no stream).
+pybind11::dict DeviceBufferArrayInterface(const std::shared_ptr<gpu::DeviceBuffer>& buffer);
 
 // numpy-style type string of __cuda_array_interface__ ("<f4", "|b1", ...); empty for bfloat16,
 // which that protocol cannot describe.

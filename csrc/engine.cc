@@ -33,15 +33,40 @@ std::string JoinNames(const std::vector<Submission>& subs) {
 
 }  // namespace
 
+// Never runs in a forked child or for an abandoned engine: the Python binding's deleter leaks
+// those objects (their threads or locks are not this process's to end or destroy).
 Engine::~Engine() { Shutdown(); }
 
 Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
-  if (thread_.joinable()) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
+  if (thread_.joinable() || abandoned_) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
-  owner_pid_ = static_cast<int>(getpid());
+  owner_pid_ = CurrentPid();
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
   thread_ = std::thread(&Engine::ThreadMain, this, comm, std::move(started));
+  // Setup waits inside MPI for every rank of the communicator (MPI_Init_thread, MPI_Comm_dup):
+  // bound that wait, since a rank that never comes would leave this one blocked forever.
+  const double limit_s = std::min(config_.init_timeout_s, 10.0 * 365 * 24 * 3600);
+  if (limit_s > 0 && ready.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!setup_done_) {
+      // The thread cannot be stopped inside MPI: let it go, and keep this object (it uses it)
+      // alive for good. Should Setup still complete, ThreadMain only stops the late ranks.
+      abandoned_ = true;
+      any_abandoned_ = true;
+      std::ostringstream os;
+      os << "init() timed out after " << config_.init_timeout_s << " s: not every rank reached init() (this rank "
+         << "waited in " << setup_step_.load() << ", which needs every rank of the communicator); set "
+         << "COLLECTIVES_INIT_TIMEOUT_SECONDS to wait longer (0: no limit)";
+      stop_info_.stopped = true;
+      stop_info_.restartable = false;
+      stop_info_.reason = Status::Error(StatusCode::TIMEOUT, os.str());
+      const Status st = stop_info_.reason;
+      lock.unlock();
+      thread_.detach();
+      return st;
+    }
+  }
   Status st = ready.get();
   if (!st.ok()) {
     thread_.join();
@@ -51,16 +76,31 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
 
 void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   Status st = Setup(comm);
+  bool late = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) {
+      if (!st.ok()) return;
+      // Setup completed after Start gave up (init timeout) and told its caller so. The ranks that
+      // arrived meanwhile now wait in their engines for this one: run one cycle that stops them
+      // all, as an exiting rank (this process will not start again), so that their operations
+      // fail at once instead of at the stall timeout.
+      late = true;
+      shutdown_requested_ = true;
+      process_exiting_ = true;
+      init_gave_up_ = true;
+    }
+    setup_done_ = true;
+    if (st.ok()) stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+  }
   if (!st.ok()) {
     started.set_value(st);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+  if (!late) {
+    running_ = true;
+    started.set_value(Status::Ok());
   }
-  running_ = true;
-  started.set_value(Status::Ok());
 
   bool active = false;
   while (true) {
@@ -74,21 +114,29 @@ Status Engine::Setup(MPI_Comm comm) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // Here rather than in mpi4py's import (collectives/basics.py asks it not to), so that the
+    // init timeout covers it: MPI_Init_thread returns only once every rank has called it. MPI
+    // is finalized at process exit (bindings.cc, ShouldFinalizeMpi), not by Teardown, so that
+    // init() may run again.
+    setup_step_ = "MPI_Init_thread";
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return Status::Error(StatusCode::INTERNAL, "MPI_Init_thread failed");
     owns_mpi_ = true;
+    mpi_owner_pid_ = CurrentPid();
   }
   MPI_Query_thread(&thread_level_);
   if (thread_level_ < MPI_THREAD_SERIALIZED)
     return Status::Error(StatusCode::INTERNAL,
                          "MPI was initialized without thread support (need MPI_THREAD_SERIALIZED or better; "
                          "initialize it with MPI_THREAD_MULTIPLE, the mpi4py default)");
+  setup_step_ = "MPI_Comm_dup of the communicator given to init()";
   if (MPI_Comm_dup(comm, &comm_) != MPI_SUCCESS) return Status::Error(StatusCode::INTERNAL, "MPI_Comm_dup failed");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   SetLogRank(rank_);
+  setup_step_ = "MPI_Comm_split_type / MPI_Comm_split (the local and cross communicators)";
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_);
   MPI_Comm_rank(local_comm_, &local_rank_);
   MPI_Comm_size(local_comm_, &local_size_);
@@ -98,6 +146,7 @@ Status Engine::Setup(MPI_Comm comm) {
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
   spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
+  setup_step_ = "the engine's setup after MPI_Comm_dup";
   Status st = backend_.Init();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
@@ -119,12 +168,36 @@ Status Engine::Setup(MPI_Comm comm) {
     st = timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
   }
+  st = StartWatchdog();
+  if (!st.ok()) return st;
+  SetBufferPoolLimit(config_.buffer_pool_bytes);
   MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
   last_cycle_start_ = Clock::now();
   return Status::Ok();
 }
 
 void Engine::Teardown() {
+  // Every rank leaves the loop in the same cycle. Each tells the others whether it asked to stop
+  // and whether its process is exiting, which decides whether init() may run again; the stop is
+  // recorded before running() turns false, so whoever sees it stopped also sees why. This
+  // allgather is also the barrier after which no wake message is in flight any more. After an
+  // MPI failure it might never complete: then fail the handles first, and the stop is final.
+  int mine = 0;
+  bool mpi_failed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mine = StopFlagsLocked();
+    mpi_failed = stopped_status_.code == StatusCode::INTERNAL;
+  }
+  std::vector<int> everyone(static_cast<size_t>(size_), 0);
+  if (mpi_failed) {
+    RecordStop(nullptr);
+  } else {
+    const bool exchanged = watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
+      return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, comm_);
+    }) == MPI_SUCCESS;
+    RecordStop(exchanged ? &everyone : nullptr);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
@@ -135,9 +208,8 @@ void Engine::Teardown() {
   if (nccl_) nccl_->Shutdown(stopped_status_);
   nccl_.reset();
   timeline_.Stop();
-  // Every rank leaves the loop in the same cycle. After the barrier no wake message is in
-  // flight any more: receive what arrived, then release the communicators.
-  MPI_Barrier(comm_);
+  if (mpi_failed) watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(comm_); });
+  // No wake message is in flight any more: receive what arrived, then release the communicators.
   if (wake_recv_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&wake_recv_);
     MPI_Wait(&wake_recv_, MPI_STATUS_IGNORE);
@@ -162,23 +234,27 @@ void Engine::Teardown() {
   MPI_Comm_free(&comm_);
   fusion_.reset();
   pending_.clear();
-  if (owns_mpi_) MPI_Finalize();
+  // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
+  // the caller (outputs) when they are released.
+  SetBufferPoolLimit(0);
+  watchdog_.Stop();
+  // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 
-void Engine::Shutdown() {
+void Engine::Shutdown(bool process_exiting) {
+  // A forked child must not touch the parent's engine: its locks may be held by threads that
+  // do not exist here. An abandoned engine's thread is stuck in MPI: nothing to stop or join.
+  if (forked_child() || abandoned_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown_requested_ = true;
+    if (process_exiting) process_exiting_ = true;
   }
   work_cv_.notify_all();
   // Only one caller joins; the others find the thread gone.
   static std::mutex join_mu;
   std::lock_guard<std::mutex> lock(join_mu);
   if (!thread_.joinable()) return;
-  if (static_cast<int>(getpid()) != owner_pid_) {
-    thread_.detach();  // forked child: the engine thread lives only in the parent
-    return;
-  }
   thread_.join();
 }
 
@@ -258,10 +334,16 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   for (size_t k = 0; k < subs.size(); ++k) {
     if (subs[k].request.device == -1) continue;
     Status st = PrepareDeviceSubmission(subs[k], &ready[k], &devices[k]);
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      std::vector<Request> reqs;
+      for (const Submission& sub : subs) reqs.push_back(sub.request);
+      AnnounceFailure(std::move(reqs), st.message);
+      return st;
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!running_ || shutdown_requested_) return stopped_status_;
+  Status failure;
   for (Submission& s : subs) {
     Request& q = s.request;
     auto set = set_ranks_.find(q.process_set);
@@ -273,13 +355,15 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
                                                              " is not a member of process set " +
                                                              std::to_string(q.process_set) + " (tensor '" + q.name + "')");
     Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, size_);
-    if (!st.ok()) return st;
-    // Names are per process set: the same name may be in flight in two sets at once.
-    if (q.process_set != 0) {
-      const std::string suffix = " [process set " + std::to_string(q.process_set) + "]";
-      q.name += suffix;
-      if (!q.group.empty()) q.group += suffix;
-    }
+    if (!st.ok() && failure.ok()) failure = st;
+    QualifyName(&q);
+  }
+  if (!failure.ok()) {
+    // Bad input here must not leave the other ranks waiting for these names.
+    std::vector<Request> reqs;
+    for (const Submission& sub : subs) reqs.push_back(sub.request);
+    AnnounceLocked(std::move(reqs), failure.message, now);
+    return failure;
   }
   std::unordered_set<std::string> batch;
   for (const Submission& s : subs) {
@@ -309,6 +393,52 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   return Status::Ok();
 }
 
+void Engine::QualifyName(Request* q) {
+  // Names are per process set: the same name may be in flight in two sets at once.
+  if (q->process_set == 0) return;
+  const std::string suffix = " [process set " + std::to_string(q->process_set) + "]";
+  q->name += suffix;
+  if (!q->group.empty()) q->group += suffix;
+}
+
+void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_ || shutdown_requested_) return;
+  std::vector<Request> valid;
+  for (Request& q : reqs) {
+    auto set = set_ranks_.find(q.process_set);
+    if (set == set_ranks_.end() || std::find(set->second.begin(), set->second.end(), rank_) == set->second.end())
+      continue;  // no set of ours expects this name
+    QualifyName(&q);
+    valid.push_back(std::move(q));
+  }
+  AnnounceLocked(std::move(valid), reason, Clock::now());
+}
+
+void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reason, Clock::time_point now) {
+  bool any = false;
+  for (Request& q : reqs) {
+    // A name already in flight here is this rank's own earlier request, which goes on; an
+    // unknown operation cannot match anything the other ranks submit.
+    if (q.name.empty() || !IsValidOpType(static_cast<int32_t>(q.op)) || q.op == OpType::JOIN ||
+        in_flight_.count(q.name))
+      continue;
+    if (!IsValidDataType(static_cast<int32_t>(q.dtype))) q.dtype = DataType::UINT8;
+    if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op))) q.reduce_op = ReduceOp::SUM;
+    Pending p;
+    p.request = std::move(q);
+    p.request.failure = reason.empty() ? "invalid input" : reason;
+    p.handle = 0;  // nobody waits for it: the caller already has its exception
+    p.enqueued = now;
+    ++announced_[p.request.name];
+    incoming_.push_back(std::move(p));
+    any = true;
+  }
+  if (!any) return;
+  submissions_.fetch_add(1);
+  work_cv_.notify_one();
+}
+
 void Engine::CompleteHandle(int64_t handle, Result&& result) { handles_.Complete(handle, std::move(result)); }
 
 void Engine::FailAll(const Status& status) {
@@ -318,7 +448,10 @@ void Engine::FailAll(const Status& status) {
     waiting.swap(incoming_);
     for (auto& kv : pending_) waiting.push_back(std::move(kv.second));
     pending_.clear();
+    for (Pending& p : held_) waiting.push_back(std::move(p));
+    held_.clear();
     in_flight_.clear();
+    announced_.clear();
   }
   for (Pending& p : waiting) {
     Result r;

@@ -29,10 +29,12 @@
 #include "message.h"
 #include "mpi_backend.h"
 #include "nccl_backend.h"
+#include "process_id.h"
 #include "process_set.h"
 #include "response_cache.h"
 #include "status.h"
 #include "timeline.h"
+#include "watchdog.h"
 
 namespace collectives {
 
@@ -44,6 +46,8 @@ struct EngineConfig {
   bool timeline_mark_cycles = false;
   double stall_check_s = 60.0;
   double stall_shutdown_s = 1800.0;  // collectives/config.py's default
+  double init_timeout_s = 300.0;     // Start gives up when not every rank arrives; 0: never
+  int64_t buffer_pool_bytes = 32LL * 1024 * 1024;  // idle host buffers kept for reuse (buffer_pool.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nccl_library;  // empty: not found, and nccl_problem says why
@@ -68,8 +72,34 @@ class Engine {
   // Starts the engine thread on a duplicate of `comm` and waits until it is ready.
   Status Start(MPI_Comm comm, const EngineConfig& config);
   // Asks every rank to stop, waits for this engine thread to exit. Idempotent.
-  void Shutdown();
+  // `process_exiting`: the process is about to end (atexit), so the other ranks learn that this
+  // rank will not init() again.
+  void Shutdown(bool process_exiting = false);
   bool running() const { return running_; }
+
+  // Why the engine stopped, once its thread has ended. `restartable`: a later init() may start a
+  // new engine -- every rank stopped through shutdown() calls and none is exiting. A stall
+  // shutdown, an MPI failure, a rank's exit or an init() timeout is final for the process.
+  struct StopInfo {
+    bool stopped = false;
+    bool restartable = false;
+    Status reason;
+  };
+  StopInfo stop_info();
+
+  // A forked child holds a copy of this object but not its threads (whose locks it may hold):
+  // it must not touch it, and must never destroy it.
+  bool forked_child() const { return owner_pid_ != 0 && owner_pid_ != CurrentPid(); }
+  int owner_pid() const { return owner_pid_; }
+  // Start timed out, or the watchdog found the engine thread stuck in a backend call: the thread
+  // is stuck in MPI and still uses this object, which must therefore never be destroyed.
+  bool abandoned() const { return abandoned_; }
+
+  // Whether MPI should be finalized at this process's exit: an engine thread of this very
+  // process initialized it (not mpi4py's import; not the parent of a forked child, whose
+  // MPI_Finalize would run the parent's shutdown protocol with the launcher) and no engine was
+  // abandoned inside MPI.
+  static bool ShouldFinalizeMpi() { return mpi_owner_pid_ == CurrentPid() && !any_abandoned_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -83,9 +113,16 @@ class Engine {
 
   // Enqueues all submissions atomically (a group is negotiated together) or none.
   Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles);
-  bool Poll(int64_t handle) { return handles_.Poll(handle); }
-  // Blocks until the handle completes (the caller releases the GIL). Unknown handle: error.
-  Status Wait(int64_t handle) { return handles_.Wait(handle, spin_); }
+  // Bad input found on this rank before submitting (e.g. by the Python layer): the other
+  // ranks fail these names with `reason` instead of waiting for them. Nothing to wait for here.
+  void AnnounceFailure(std::vector<Request>&& requests, const std::string& reason);
+  bool Poll(int64_t handle) { return forked_child() || handles_.Poll(handle); }
+  // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
+  // loops); true when done or unknown. `first`: the caller's first call for this handle, which
+  // spins briefly before sleeping.
+  bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout) {
+    return forked_child() || handles_.Wait(handle, first && spin_, timeout);
+  }
   // Removes a completed handle and returns its outcome.
   Result Collect(int64_t handle) { return handles_.Collect(handle); }
 
@@ -110,11 +147,22 @@ class Engine {
   void ThreadMain(MPI_Comm comm, std::promise<Status> started);
   Status Setup(MPI_Comm comm);
   void Teardown();
+  // engine_stop.cc: this rank's part of the exchange at Teardown (mu_ held), and stop_info_
+  // from everyone's parts (null: the exchange failed).
+  int StopFlagsLocked() const;
+  void RecordStop(const std::vector<int>* everyone);
   void WaitForCycle(bool active);
   bool PollWake();
   void SendWake();
   void CompleteHandle(int64_t handle, Result&& result);
+  void QualifyName(Request* q);
+  // Queues error submissions (request.failure set, no handle); mu_ held.
+  void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
   void FailAll(const Status& status);
+
+  // engine_watchdog.cc: a backend call that never returns ends the process (watchdog.h).
+  Status StartWatchdog();
+  void OnBackendStall(const std::string& message);
 
   // negotiation.cc: one cycle; returns false when the engine must stop.
   bool RunCycle(bool* active);
@@ -157,6 +205,12 @@ class Engine {
   int thread_level_ = 0;
   bool owns_mpi_ = false;
   int owner_pid_ = 0;  // a forked child has the object but not the thread
+  // Start gave up on the engine thread (init timeout); set under mu_ unless setup_done_.
+  std::atomic<bool> abandoned_{false};
+  inline static std::atomic<int> mpi_owner_pid_{0};  // the process whose engine ran MPI_Init_thread
+  inline static std::atomic<bool> any_abandoned_{false};
+  // What Setup is waiting for, for the init timeout's message.
+  std::atomic<const char*> setup_step_{""};
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
@@ -175,13 +229,23 @@ class Engine {
   std::condition_variable work_cv_;
   std::vector<Pending> incoming_;
   std::unordered_set<std::string> in_flight_;
+  // Names of this rank's error submissions not yet resolved (a count: the same bad call may be
+  // repeated). They do not block the name for the caller: a new request under it waits in
+  // held_ until the error submission has been negotiated.
+  std::unordered_map<std::string, int> announced_;
   // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
   std::unordered_map<int32_t, std::vector<int>> set_ranks_;
   bool shutdown_requested_ = false;
+  bool process_exiting_ = false;  // Shutdown(true): this process is ending
+  bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
+  bool setup_done_ = false;       // the engine thread is past Setup and will run
+  StopInfo stop_info_;            // set when the engine thread ends
   Status stopped_status_;  // why the engine stopped, for requests made afterwards
   int64_t next_handle_ = 1;
 
   HandleTable handles_;
+  // Times the engine thread's blocking backend calls (negotiation.cc, execution.cc, Teardown).
+  Watchdog watchdog_;
 
   // Engine-thread state.
   std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
@@ -189,6 +253,7 @@ class Engine {
   bool joined_ = false;                 // this rank called join() and it has not completed
   bool join_mode_ = false;              // some rank has joined: negotiate through the coordinator
   std::unordered_map<std::string, Pending> pending_;
+  std::vector<Pending> held_;  // submissions whose name is still pending here (see announced_)
   std::vector<std::string> to_report_;
   std::unique_ptr<ResponseCache> cache_;
   std::unique_ptr<Coordinator> coordinator_;

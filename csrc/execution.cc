@@ -39,6 +39,18 @@ std::string BackendEvent(OpType op) {
   }
 }
 
+// The call the watchdog names while a data operation runs.
+BackendCall WatchedCallFor(OpType op) {
+  switch (op) {
+    case OpType::ALLREDUCE: return BackendCall::ALLREDUCE;
+    case OpType::BROADCAST: return BackendCall::BROADCAST;
+    case OpType::ALLGATHER: return BackendCall::ALLGATHER;
+    case OpType::ALLTOALL: return BackendCall::ALLTOALL;
+    case OpType::REDUCESCATTER: return BackendCall::REDUCESCATTER;
+    default: return BackendCall::NONE;
+  }
+}
+
 std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   std::vector<int64_t> displs(counts.size(), 0);
   for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
@@ -144,6 +156,7 @@ Status Engine::ExecuteJoinedAllreduce(const ProcessSet& ps, const Response& r) {
   if (n == 0) return Status::Ok();
   HostBuffer zeros(n * DataTypeSize(r.dtype));
   std::memset(zeros.data(), 0, static_cast<size_t>(zeros.size()));
+  WatchedCall watched(watchdog_, BackendCall::ALLREDUCE, ps.id, &r.name);
   return backend_.Allreduce(ps.comm, zeros.data(), zeros.data(), n, r.dtype, r.reduce_op);
 }
 
@@ -177,7 +190,11 @@ Status Engine::ExecuteFused(const ProcessSet& ps, const std::vector<const Respon
   end_phase();
 
   phase("MPI_ALLREDUCE");
-  Status st = Allreduce(ps, first, buf, buf, total / esize);
+  Status st;
+  {
+    WatchedCall watched(watchdog_, BackendCall::ALLREDUCE, ps.id, &first.name, static_cast<int>(group.size()));
+    st = Allreduce(ps, first, buf, buf, total / esize);
+  }
   end_phase();
   if (!st.ok()) return st;
 
@@ -199,6 +216,7 @@ Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, R
   const int64_t row_elems = q.shape.empty() ? 1 : (q.shape[0] == 0 ? NumElements(std::vector<int64_t>(q.shape.begin() + 1, q.shape.end())) : n / q.shape[0]);
   const int64_t row_bytes = row_elems * esize;
   const bool tl = timeline_.active();
+  WatchedCall watched(watchdog_, WatchedCallFor(r.op), ps.id, &q.name);
   if (tl && r.op != OpType::BARRIER) timeline_.Begin(q.name, BackendEvent(r.op));
   Status st;
   switch (r.op) {
@@ -274,7 +292,12 @@ Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, R
 void Engine::Finish(Pending& p, Result&& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(p.request.name);
+    if (p.handle != 0) {
+      in_flight_.erase(p.request.name);
+    } else {  // an error submission (Engine::AnnounceLocked)
+      auto it = announced_.find(p.request.name);
+      if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
+    }
   }
   if (timeline_.active()) timeline_.End(p.request.name);  // closes the <OP> phase
   CompleteHandle(p.handle, std::move(result));
@@ -298,10 +321,13 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
       ps.ranks = ranks;
       ps.set_rank = ps.IndexOf(rank_);
       // Collective over the whole job: every rank executes this response at this point.
-      if (MPI_Comm_split(comm_, ps.includes_me() ? 0 : MPI_UNDEFINED, rank_, &ps.comm) != MPI_SUCCESS)
+      if (watchdog_.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
+            return MPI_Comm_split(comm_, ps.includes_me() ? 0 : MPI_UNDEFINED, rank_, &ps.comm);
+          }) != MPI_SUCCESS)
         return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
       if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
       if (coordinator_) coordinator_->AddProcessSet(ps.id, ranks);
+      watchdog_.AddSet(ps.id, ranks);
       {
         std::lock_guard<std::mutex> lock(mu_);
         set_ranks_[ps.id] = ranks;
@@ -328,9 +354,11 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
       for (auto& kv : pending_)
         if (kv.second.request.process_set == id) orphans->push_back(kv.first);
       EvictBits(evicted);
+      if (nccl_) nccl_->Release(id);  // its NCCL communicator goes once its GPU work is done
       if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
       sets_.erase(it);
       if (coordinator_) coordinator_->RemoveProcessSet(id);
+      watchdog_.RemoveSet(id);
       return Status::Ok();
     }
     default:

@@ -25,6 +25,15 @@ std::string NcclVersionString(int code) {
   return std::to_string(code / 1000) + "." + std::to_string(code / 100 % 10) + "." + std::to_string(code % 100);
 }
 
+// Every member of the tables is in its entry-point list (a member missing from the list
+// would stay null and crash when called).
+#define COLLECTIVES_COUNT(member, symbol, required) +1
+static_assert(sizeof(CudaApi) == (0 COLLECTIVES_CUDA_ENTRY_POINTS(COLLECTIVES_COUNT)) * sizeof(void*),
+              "CudaApi and COLLECTIVES_CUDA_ENTRY_POINTS differ");
+static_assert(sizeof(NcclApi) == (0 COLLECTIVES_NCCL_ENTRY_POINTS(COLLECTIVES_COUNT)) * sizeof(void*),
+              "NcclApi and COLLECTIVES_NCCL_ENTRY_POINTS differ");
+#undef COLLECTIVES_COUNT
+
 }  // namespace
 
 Libraries& Libraries::Get() {
@@ -49,34 +58,8 @@ std::string Libraries::LoadCuda(const std::string& path) {
   if (!lib) return "the CUDA driver (" + path + ") could not be loaded: " + DlError();
   CudaApi api{};
   std::string missing;
-  Resolve(lib, "cuInit", &api.Init, true, &missing);
-  Resolve(lib, "cuDriverGetVersion", &api.DriverGetVersion, true, &missing);
-  Resolve(lib, "cuDeviceGetCount", &api.DeviceGetCount, true, &missing);
-  Resolve(lib, "cuDeviceGet", &api.DeviceGet, true, &missing);
-  Resolve(lib, "cuDevicePrimaryCtxRetain", &api.DevicePrimaryCtxRetain, true, &missing);
-  Resolve(lib, "cuCtxSetCurrent", &api.CtxSetCurrent, true, &missing);
-  Resolve(lib, "cuCtxPushCurrent_v2", &api.CtxPushCurrent, true, &missing);
-  Resolve(lib, "cuCtxPopCurrent_v2", &api.CtxPopCurrent, true, &missing);
-  Resolve(lib, "cuCtxGetStreamPriorityRange", &api.CtxGetStreamPriorityRange, true, &missing);
-  Resolve(lib, "cuStreamCreateWithPriority", &api.StreamCreateWithPriority, true, &missing);
-  Resolve(lib, "cuStreamDestroy_v2", &api.StreamDestroy, true, &missing);
-  Resolve(lib, "cuStreamSynchronize", &api.StreamSynchronize, true, &missing);
-  Resolve(lib, "cuStreamWaitEvent", &api.StreamWaitEvent, true, &missing);
-  Resolve(lib, "cuEventCreate", &api.EventCreate, true, &missing);
-  Resolve(lib, "cuEventDestroy_v2", &api.EventDestroy, true, &missing);
-  Resolve(lib, "cuEventRecord", &api.EventRecord, true, &missing);
-  Resolve(lib, "cuEventQuery", &api.EventQuery, true, &missing);
-  Resolve(lib, "cuMemAlloc_v2", &api.MemAlloc, true, &missing);
-  Resolve(lib, "cuMemFree_v2", &api.MemFree, true, &missing);
-  Resolve(lib, "cuMemAllocAsync", &api.MemAllocAsync, false, &missing);
-  Resolve(lib, "cuMemFreeAsync", &api.MemFreeAsync, false, &missing);
-  Resolve(lib, "cuMemcpyDtoDAsync_v2", &api.MemcpyDtoDAsync, true, &missing);
-  Resolve(lib, "cuMemcpyDtoHAsync_v2", &api.MemcpyDtoHAsync, true, &missing);
-  Resolve(lib, "cuMemcpyHtoDAsync_v2", &api.MemcpyHtoDAsync, true, &missing);
-  Resolve(lib, "cuMemsetD8Async", &api.MemsetD8Async, true, &missing);
-  Resolve(lib, "cuPointerGetAttribute", &api.PointerGetAttribute, true, &missing);
-  Resolve(lib, "cuGetErrorName", &api.GetErrorName, true, &missing);
-  Resolve(lib, "cuGetErrorString", &api.GetErrorString, true, &missing);
+#define COLLECTIVES_RESOLVE(member, symbol, required) Resolve(lib, #symbol, &api.member, required, &missing);
+  COLLECTIVES_CUDA_ENTRY_POINTS(COLLECTIVES_RESOLVE)
   if (!missing.empty()) return "the CUDA driver (" + path + ") lacks " + missing + " (too old, or not the driver)";
   int version = 0;
   if (api.DriverGetVersion(&version) != CUDA_SUCCESS) return "cuDriverGetVersion failed in " + path;
@@ -92,25 +75,8 @@ std::string Libraries::LoadNccl(const std::string& path) {
   if (!lib) return "NCCL (" + path + ") could not be loaded: " + DlError();
   NcclApi api{};
   std::string missing;
-  Resolve(lib, "ncclGetVersion", &api.GetVersion, true, &missing);
-  Resolve(lib, "ncclGetUniqueId", &api.GetUniqueId, true, &missing);
-  Resolve(lib, "ncclCommInitRank", &api.CommInitRank, true, &missing);
-  Resolve(lib, "ncclCommDestroy", &api.CommDestroy, true, &missing);
-  Resolve(lib, "ncclCommAbort", &api.CommAbort, true, &missing);
-  Resolve(lib, "ncclCommGetAsyncError", &api.CommGetAsyncError, true, &missing);
-  Resolve(lib, "ncclGetErrorString", &api.GetErrorString, true, &missing);
-  Resolve(lib, "ncclGetLastError", &api.GetLastError, false, &missing);
-  Resolve(lib, "ncclAllReduce", &api.AllReduce, true, &missing);
-  Resolve(lib, "ncclBroadcast", &api.Broadcast, true, &missing);
-  Resolve(lib, "ncclReduce", &api.Reduce, true, &missing);
-  Resolve(lib, "ncclAllGather", &api.AllGather, true, &missing);
-  Resolve(lib, "ncclReduceScatter", &api.ReduceScatter, true, &missing);
-  Resolve(lib, "ncclSend", &api.Send, true, &missing);
-  Resolve(lib, "ncclRecv", &api.Recv, true, &missing);
-  Resolve(lib, "ncclGroupStart", &api.GroupStart, true, &missing);
-  Resolve(lib, "ncclGroupEnd", &api.GroupEnd, true, &missing);
-  Resolve(lib, "ncclRedOpCreatePreMulSum", &api.RedOpCreatePreMulSum, true, &missing);
-  Resolve(lib, "ncclRedOpDestroy", &api.RedOpDestroy, true, &missing);
+  COLLECTIVES_NCCL_ENTRY_POINTS(COLLECTIVES_RESOLVE)
+#undef COLLECTIVES_RESOLVE
   int version = 0;
   if (api.GetVersion && api.GetVersion(&version) != ncclSuccess) version = 0;
   if (!missing.empty())

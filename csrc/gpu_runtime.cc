@@ -42,27 +42,30 @@ Runtime& Runtime::Get() {
 
 const CudaApi* Runtime::api() const { return Libraries::Get().cuda(); }
 
+Status Runtime::EnsureInitLocked(const CudaApi* cu) {
+  if (initialized_) return init_status_;
+  // cuInit happens here, at the first GPU tensor, not at init(): a process that never uses
+  // a GPU (or forks workers first) is not touched.
+  init_status_ = CudaStatus(cu->Init(0), "cuInit");
+  int count = 0;
+  if (init_status_.ok()) init_status_ = CudaStatus(cu->DeviceGetCount(&count), "cuDeviceGetCount");
+  device_count_ = init_status_.ok() ? count : 0;
+  initialized_ = true;  // cuInit's outcome does not change within a process
+  return init_status_;
+}
+
 Status Runtime::InitDevice(int device) {
   const CudaApi* cu = api();
   if (!cu) return Status::Error(StatusCode::UNSUPPORTED_TYPE, Libraries::Get().problem());
   std::lock_guard<std::mutex> lock(mu_);
   if (contexts_.count(device)) return Status::Ok();
-  if (!initialized_) {
-    // cuInit happens here, at the first GPU tensor, not at init(): a process that never
-    // uses a GPU (or forks workers first) is not touched.
-    Status st = CudaStatus(cu->Init(0), "cuInit");
-    if (!st.ok()) return st;
-    int count = 0;
-    st = CudaStatus(cu->DeviceGetCount(&count), "cuDeviceGetCount");
-    if (!st.ok()) return st;
-    device_count_ = count;
-    initialized_ = true;
-  }
+  Status st = EnsureInitLocked(cu);
+  if (!st.ok()) return st;
   if (device < 0 || device >= device_count_)
     return Status::Error(StatusCode::INVALID_ARGUMENT, "GPU " + std::to_string(device) + " does not exist (the driver reports " +
                                                            std::to_string(device_count_) + " device(s))");
   CUdevice dev = 0;
-  Status st = CudaStatus(cu->DeviceGet(&dev, device), "cuDeviceGet");
+  st = CudaStatus(cu->DeviceGet(&dev, device), "cuDeviceGet");
   if (!st.ok()) return st;
   CUcontext ctx = nullptr;
   st = CudaStatus(cu->DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
@@ -78,29 +81,51 @@ CUcontext Runtime::Context(int device) {
 }
 
 int Runtime::DeviceCount() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (initialized_) return device_count_;
-  }
-  // InitDevice(0) runs cuInit; its outcome for device 0 does not matter here.
-  InitDevice(0);
+  const CudaApi* cu = api();
+  if (!cu) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  return initialized_ ? device_count_ : 0;
+  return EnsureInitLocked(cu).ok() ? device_count_ : 0;
+}
+
+CUresult Runtime::QueryDevice(const CudaApi* cu, uintptr_t ptr, int* ordinal) {
+  // The caller's own context (a framework's thread usually has one), or none: the device
+  // ordinal needs no context with unified addressing, and asking in another device's
+  // context would retain that device's primary context.
+  CUresult r = cu->PointerGetAttribute(ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr));
+  if (r == CUDA_SUCCESS) return r;
+  CUcontext current = nullptr;
+  if (cu->CtxGetCurrent(&current) == CUDA_SUCCESS && current) return r;  // asked in a context: that is the answer
+  // No context on this thread and the driver wants one: the process's own device's (the
+  // first GPU of the process when it has not used one yet).
+  const int own = process_device_ >= 0 ? static_cast<int>(process_device_) : 0;
+  ContextGuard guard(own);
+  if (!guard.status().ok()) return r;
+  return cu->PointerGetAttribute(ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr));
 }
 
 Status Runtime::ResolveDevice(uintptr_t ptr, int claimed, int* device) {
   const CudaApi* cu = api();
   if (!cu) return Status::Error(StatusCode::UNSUPPORTED_TYPE, Libraries::Get().problem());
   *device = claimed;
-  // cuInit and a context to ask in (device 0 exists wherever any GPU does).
-  Status st = InitDevice(claimed >= 0 ? claimed : 0);
-  if (!st.ok()) return st;
-  int ordinal = -1;
-  CUresult r;
   {
-    ContextGuard guard(claimed >= 0 ? claimed : 0);
-    r = cu->PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr));
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = EnsureInitLocked(cu);
+    if (!st.ok()) return st;
   }
+  if (ptr == 0) {
+    // An empty array owns no memory (__cuda_array_interface__ gives its pointer as 0):
+    // it is on the framework's device, else this process's.
+    if (claimed < 0) *device = process_device_;
+    if (*device < 0)
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "an empty array with no data pointer does not say which GPU it is on");
+    return InitDevice(*device);
+  }
+  if (claimed >= 0) {
+    Status st = InitDevice(claimed);
+    if (!st.ok()) return st;
+  }
+  int ordinal = -1;
+  const CUresult r = QueryDevice(cu, ptr, &ordinal);
   if (r != CUDA_SUCCESS) {
     // Memory the driver cannot place (some virtual-memory allocations): trust the framework.
     if (claimed >= 0) return Status::Ok();
@@ -182,10 +207,11 @@ Status DeviceBuffer::Allocate(int device, int64_t bytes, CUstream stream, std::s
   buf->device_ = device;
   buf->bytes_ = bytes;
   const size_t n = static_cast<size_t>(bytes > 0 ? bytes : 1);  // a valid pointer even when empty
-  CUresult r = 1;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
   if (cu->MemAllocAsync && stream) {
     r = cu->MemAllocAsync(&buf->ptr_, n, stream);
     buf->stream_ordered_ = r == CUDA_SUCCESS;
+    if (buf->stream_ordered_) buf->own_stream_ = stream;
   }
   if (r != CUDA_SUCCESS) r = cu->MemAlloc(&buf->ptr_, n);
   Status st = CudaStatus(r, "allocating " + std::to_string(bytes) + " bytes on GPU " + std::to_string(device));
@@ -193,17 +219,52 @@ Status DeviceBuffer::Allocate(int device, int64_t bytes, CUstream stream, std::s
   return st;
 }
 
+Status DeviceBuffer::CopyOf(const DeviceBuffer& src, uintptr_t stream, std::shared_ptr<DeviceBuffer>* out) {
+  const CudaApi* cu = Runtime::Get().api();
+  if (!cu) return Status::Error(StatusCode::UNSUPPORTED_TYPE, Libraries::Get().problem());
+  const uintptr_t s = stream ? stream : kLegacyStream;
+  std::shared_ptr<DeviceBuffer> copy;
+  Status st = Allocate(src.device_, src.bytes_, StreamFromHandle(s), &copy);
+  if (!st.ok()) return st;
+  copy->own_stream_ = nullptr;  // a consumer's stream: never used to free (see set_consumer_stream)
+  copy->set_consumer_stream(static_cast<int64_t>(s));
+  copy->shape = src.shape;
+  copy->dtype = src.dtype;
+  ContextGuard guard(src.device_);
+  if (!guard.status().ok()) return guard.status();
+  st = CudaStatus(cu->MemcpyDtoDAsync(copy->ptr_, src.ptr_, static_cast<size_t>(src.bytes_), StreamFromHandle(s)),
+                  "cuMemcpyDtoDAsync (a copy for __dlpack__)");
+  if (st.ok()) *out = std::move(copy);
+  return st;
+}
+
+void DeviceBuffer::set_consumer_stream(int64_t stream) {
+  FreeOrder order = FreeOrder::kSynchronize;
+  if (stream == 0 || stream == static_cast<int64_t>(kLegacyStream) || stream == static_cast<int64_t>(kPerThreadStream))
+    order = FreeOrder::kLegacyStream;
+  // The strictest order any consumer asked for wins (a buffer may be exported twice).
+  int current = free_order_.load();
+  while (current < static_cast<int>(order) && !free_order_.compare_exchange_weak(current, static_cast<int>(order))) {
+  }
+}
+
 DeviceBuffer::~DeviceBuffer() {
   if (!ptr_) return;
   const CudaApi* cu = Runtime::Get().api();
   ContextGuard guard(device_);
   if (!guard.status().ok()) return;  // the driver is gone (process exit): nothing to free
-  uintptr_t s = free_stream_;
-  if (s == 0x2) s = kLegacyStream;  // a per-thread stream names the thread that frees, not the consumer's
-  // Stream-ordered memory is freed after the consumer's queued work; other memory with
-  // cuMemFree, which waits for the device.
-  if (stream_ordered_ && cu->MemFreeAsync && cu->MemFreeAsync(ptr_, StreamFromHandle(s)) == CUDA_SUCCESS) return;
-  cu->MemFree(ptr_);
+  CUstream order = own_stream_;
+  switch (static_cast<FreeOrder>(free_order_.load())) {
+    case FreeOrder::kOwnStream: break;
+    case FreeOrder::kLegacyStream: order = StreamFromHandle(kLegacyStream); break;
+    case FreeOrder::kSynchronize:
+      // The consumer's stream may be gone: wait for all work on the device instead.
+      cu->CtxSynchronize();
+      order = StreamFromHandle(kLegacyStream);
+      break;
+  }
+  if (stream_ordered_ && order && cu->MemFreeAsync && cu->MemFreeAsync(ptr_, order) == CUDA_SUCCESS) return;
+  cu->MemFree(ptr_);  // not stream-ordered: cuMemFree waits for the device itself
 }
 
 }  // namespace gpu

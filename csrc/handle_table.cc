@@ -21,7 +21,7 @@ bool HandleTable::Poll(int64_t handle) {
   return DoneLocked(handle);
 }
 
-Status HandleTable::Wait(int64_t handle, bool spin) {
+bool HandleTable::Wait(int64_t handle, bool spin, std::chrono::milliseconds timeout) {
   if (spin) {
     // Results of small operations arrive within microseconds: look before sleeping.
     uint64_t seen = completions_.load();
@@ -33,12 +33,7 @@ Status HandleTable::Wait(int64_t handle, bool spin) {
     });
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (!states_.count(handle))
-    return Status::Error(StatusCode::INVALID_ARGUMENT, "unknown or already synchronized handle " + std::to_string(handle));
-  done_cv_.wait(lock, [&] { return DoneLocked(handle); });
-  auto it = states_.find(handle);
-  return it == states_.end() ? Status::Error(StatusCode::INVALID_ARGUMENT, "handle was collected by another thread")
-                             : it->second.result.status;
+  return done_cv_.wait_for(lock, timeout, [&] { return DoneLocked(handle); });
 }
 
 Result HandleTable::Collect(int64_t handle) {
@@ -63,6 +58,20 @@ void HandleTable::Complete(int64_t handle, Result&& result) {
     if (it != states_.end()) {
       it->second.done = true;
       it->second.result = std::move(result);
+    }
+  }
+  completions_.fetch_add(1);
+  done_cv_.notify_all();
+}
+
+void HandleTable::FailUndone(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : states_) {
+      if (kv.second.done) continue;
+      kv.second.done = true;
+      kv.second.result = Result();
+      kv.second.result.status = status;
     }
   }
   completions_.fetch_add(1);

@@ -2,6 +2,7 @@
 // callers poll, wait and collect them.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -31,12 +32,17 @@ class HandleTable {
   void Add(int64_t handle);
   // True when done (or unknown: nothing to wait for).
   bool Poll(int64_t handle);
-  // Blocks until the handle completes; `spin`: look for a few microseconds before sleeping.
-  Status Wait(int64_t handle, bool spin);
+  // Blocks until the handle completes or `timeout` passes; true when done (or unknown). `spin`:
+  // look for a few microseconds before sleeping. Callers loop, doing what cannot wait (Python's
+  // signal handlers) between calls; the outcome stays until Collect.
+  bool Wait(int64_t handle, bool spin, std::chrono::milliseconds timeout);
   // Removes a completed handle and returns its outcome.
   Result Collect(int64_t handle);
   // Marks a handle done with its outcome and wakes its waiters.
   void Complete(int64_t handle, Result&& result);
+  // Completes every handle not yet done with `status` (the watchdog's, when the engine thread
+  // is stuck for good) and wakes their waiters.
+  void FailUndone(const Status& status);
 
  private:
   struct State {

@@ -8,7 +8,7 @@ bool Request::SameSignature(const Request& o) const {
   return name == o.name && op == o.op && dtype == o.dtype && reduce_op == o.reduce_op &&
          root == o.root && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && device == o.device && group == o.group &&
-         group_size == o.group_size && process_set == o.process_set;
+         group_size == o.group_size && process_set == o.process_set && failure == o.failure;
 }
 
 namespace {
@@ -93,6 +93,7 @@ std::string EncodeRequests(const std::vector<Request>& reqs) {
     w.Put<int32_t>(q.process_set);
     w.Put<int32_t>(q.rank);
     w.Put<int64_t>(q.age_ms);
+    w.PutString(q.failure);
   }
   return w.Take();
 }
@@ -109,7 +110,7 @@ bool DecodeRequests(const char* data, size_t len, std::vector<Request>* out) {
         !GetEnum(r, &q.reduce_op) || !r.Get(&q.root) || !r.Get(&q.prescale) ||
         !r.Get(&q.postscale) || !r.GetVec(&q.shape) || !r.GetVec(&q.splits) ||
         !r.Get(&q.device) || !r.GetString(&q.group) || !r.Get(&q.group_size) ||
-        !r.Get(&q.process_set) || !r.Get(&q.rank) || !r.Get(&q.age_ms))
+        !r.Get(&q.process_set) || !r.Get(&q.rank) || !r.Get(&q.age_ms) || !r.GetString(&q.failure))
       return false;
     out->push_back(std::move(q));
   }

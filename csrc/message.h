@@ -24,6 +24,10 @@ struct Request {
   std::string group;            // grouped requests share a group name ...
   int32_t group_size = 0;       // ... and know how many members it has
   int32_t process_set = 0;      // 0: every rank
+  // Non-empty: this rank could not submit the tensor (bad input found locally) and says why,
+  // so that the other ranks fail the same name instead of waiting for it (an "error
+  // submission", negotiated like any request and never cached).
+  std::string failure;
   // Not part of the identity of a request: filled in when sent to the coordinator.
   int32_t rank = 0;
   int64_t age_ms = 0;

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 
-#include "half.h"
+#include "half_math.h"
 
 #if MPI_VERSION >= 4
 #define COLLECTIVES_LARGE_COUNT 1
@@ -17,35 +18,23 @@ using MpiCount = int64_t;
 namespace collectives {
 namespace {
 
-// User-defined reductions for 16-bit floats: widen to float, combine, round back.
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
-void Reduce16(void* in, void* inout, MpiCount n) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (MpiCount i = 0; i < n; ++i) {
-    const float x = ToF(a[i]);
-    const float y = ToF(b[i]);
-    float r;
-    switch (Kind) {
-      case 0: r = x + y; break;
-      case 1: r = std::min(x, y); break;
-      case 2: r = std::max(x, y); break;
-      default: r = x * y; break;
-    }
-    b[i] = FromF(r);
-  }
+// User-defined reductions for 16-bit floats: widen to float, combine, round back
+// (half_math.cc: vector paths where the CPU has them).
+template <HalfKind K, HalfOp Op>
+void Reduce16(void* in, void* inout, int64_t n) {
+  ReduceHalf(K, Op, static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), n);
 }
 
 #if COLLECTIVES_LARGE_COUNT
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+template <HalfKind K, HalfOp Op>
 void UserOp(void* in, void* inout, MPI_Count* len, MPI_Datatype*) {
-  Reduce16<ToF, FromF, Kind>(in, inout, *len);
+  Reduce16<K, Op>(in, inout, *len);
 }
 #define COLLECTIVES_OP_CREATE MPI_Op_create_c
 #else
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+template <HalfKind K, HalfOp Op>
 void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
-  Reduce16<ToF, FromF, Kind>(in, inout, *len);
+  Reduce16<K, Op>(in, inout, *len);
 }
 #define COLLECTIVES_OP_CREATE MPI_Op_create
 #endif
@@ -62,15 +51,32 @@ Status MpiBackend::Check(int rc, const char* what) const {
 
 Status MpiBackend::Init() {
   int rc = MPI_SUCCESS;
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 0>, 1, &half_ops_[0]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 1>, 1, &half_ops_[1]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 2>, 1, &half_ops_[2]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfToFloat, FloatToHalf, 3>, 1, &half_ops_[3]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 0>, 1, &bf16_ops_[0]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 1>, 1, &bf16_ops_[1]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 2>, 1, &bf16_ops_[2]);
-  rc |= COLLECTIVES_OP_CREATE(&UserOp<Bf16ToFloat, FloatToBf16, 3>, 1, &bf16_ops_[3]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::FLOAT16, HalfOp::SUM>, 1, &half_ops_[0]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::FLOAT16, HalfOp::MIN>, 1, &half_ops_[1]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::FLOAT16, HalfOp::MAX>, 1, &half_ops_[2]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::FLOAT16, HalfOp::PRODUCT>, 1, &half_ops_[3]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::BFLOAT16, HalfOp::SUM>, 1, &bf16_ops_[0]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::BFLOAT16, HalfOp::MIN>, 1, &bf16_ops_[1]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::BFLOAT16, HalfOp::MAX>, 1, &bf16_ops_[2]);
+  rc |= COLLECTIVES_OP_CREATE(&UserOp<HalfKind::BFLOAT16, HalfOp::PRODUCT>, 1, &bf16_ops_[3]);
   return Check(rc, "MPI_Op_create");
+}
+
+Status MpiBackend::HostNames(MPI_Comm comm, std::vector<std::string>* hosts) {
+  int size = 0, len = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0');
+  if (MPI_Get_processor_name(mine.data(), &len) != MPI_SUCCESS) mine.assign(mine.size(), '\0');
+  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME, '\0');
+  if (MPI_Allgather(mine.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                    comm) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "MPI_Allgather of the ranks' host names failed");
+  hosts->clear();
+  for (int r = 0; r < size; ++r) {
+    const char* name = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts->emplace_back(name, strnlen(name, MPI_MAX_PROCESSOR_NAME - 1));
+  }
+  return Status::Ok();
 }
 
 void MpiBackend::Finalize() {

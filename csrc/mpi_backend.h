@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "status.h"
@@ -16,6 +17,10 @@ class MpiBackend {
  public:
   Status Init();  // creates the float16/bfloat16 reduction ops
   void Finalize();
+
+  // Each rank's host (MPI_Get_processor_name), from every rank of `comm`, by rank: for reports
+  // that name the hosts of the ranks a call waits on (watchdog.h).
+  static Status HostNames(MPI_Comm comm, std::vector<std::string>* hosts);
 
   // In place when send == recv. op must be SUM, MIN, MAX or PRODUCT.
   Status Allreduce(MPI_Comm comm, const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);

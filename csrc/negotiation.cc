@@ -85,7 +85,9 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
 
   int64_t len = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0);
-  if (MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_) != MPI_SUCCESS)
+  if (watchdog_.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+        return MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_);
+      }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation gather failed");
   std::vector<int> counts, displs;
   std::string all;
@@ -98,8 +100,10 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
     }
     all.resize(static_cast<size_t>(total));
   }
-  if (MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(), MPI_BYTE, 0,
-                  comm_) != MPI_SUCCESS)
+  if (watchdog_.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+        return MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(),
+                           MPI_BYTE, 0, comm_);
+      }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation gatherv failed");
 
   std::string encoded;
@@ -120,10 +124,13 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
     encoded = EncodeResponseList(*list);
   }
   int64_t out_len = static_cast<int64_t>(encoded.size());
-  if (MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_) != MPI_SUCCESS)
+  if (watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] { return MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_); }) !=
+      MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
   encoded.resize(static_cast<size_t>(out_len));
-  if (out_len > 0 && MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_) != MPI_SUCCESS)
+  if (out_len > 0 && watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
+        return MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_);
+      }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
   if (rank_ != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
     return Status::Error(StatusCode::INTERNAL, "corrupt negotiation response from rank 0");
@@ -143,7 +150,17 @@ bool Engine::RunCycle(bool* active) {
     shutdown_local = shutdown_requested_;
   }
   std::vector<int> invalid;
-  for (Pending& p : fresh) AdmitLocal(std::move(p), &invalid);
+  // A request whose name is still pending here (behind this rank's own error submission of
+  // that name) waits for it to resolve; earlier held ones go first, keeping submission order.
+  std::vector<Pending> admit;
+  admit.swap(held_);
+  for (Pending& p : fresh) admit.push_back(std::move(p));
+  for (Pending& p : admit) {
+    if (pending_.count(p.request.name))
+      held_.push_back(std::move(p));
+    else
+      AdmitLocal(std::move(p), &invalid);
+  }
   // A cached request waiting past the stall-check (or stall-shutdown) time is sent to the
   // coordinator, which knows every rank's submissions: it names the missing ranks, and
   // decides the shutdown.
@@ -168,7 +185,7 @@ bool Engine::RunCycle(bool* active) {
   uint64_t flags = 0;
   if (shutdown_local) flags |= kFlagShutdown;
   if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
-  if (!pending_.empty()) flags |= kFlagPending;
+  if (!pending_.empty() || !held_.empty()) flags |= kFlagPending;
   if (joined_) flags |= kFlagJoined;
   v[0] = ~flags;
   uint64_t* ready = v.data() + 1;
@@ -180,7 +197,9 @@ bool Engine::RunCycle(bool* active) {
   MarkForeignBits(ready);
   for (int w = 0; w < words; ++w) valid[w] = ~0ull;
   for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
-  if (MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_BAND, comm_) != MPI_SUCCESS) {
+  if (watchdog_.Watch(BackendCall::NEGOTIATION_ALLREDUCE, 0, [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_BAND, comm_);
+      }) != MPI_SUCCESS) {
     Log(LogLevel::ERROR, "negotiation allreduce failed; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);
     stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure during negotiation");

@@ -78,7 +78,9 @@ Status ValidateSubmission(Request* request, bool has_buffers, const std::vector<
     int64_t total = 0;
     for (int64_t x : q.splits) {
       if (x < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "alltoall splits must not be negative" + where);
-      total += x;
+      // Splits near 2^63 must not wrap around to a sum that happens to match.
+      if (__builtin_add_overflow(total, x, &total))
+        return Status::Error(StatusCode::INVALID_ARGUMENT, "alltoall splits sum to more than 2^63 - 1" + where);
     }
     if (total != dim0)
       return Status::Error(StatusCode::INVALID_ARGUMENT,

@@ -26,7 +26,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-"${PIP[@]}" setuptools wheel "pybind11>=2.12" mpich "mpi4py>=4.0" "numpy>=1.23"
+"${PIP[@]}" setuptools wheel "pybind11>=2.12" mpich "mpi4py>=4.0" "numpy>=1.23" "cloudpickle>=2"
 MODE=${1:-}
 if [ "$MODE" = frameworks ] || [ "$MODE" = test ]; then
   # torch: the pinned CPU build (+cpu), so a multi-GB CUDA build is never pulled;

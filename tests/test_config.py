@@ -19,8 +19,10 @@ SAMPLES = {
     "stall_check_s": ("STALL_CHECK_TIME_SECONDS", "7", 7.0, "3", 3.0),
     "stall_check_disable": ("STALL_CHECK_DISABLE", "true", True, "0", False),
     "stall_shutdown_s": ("STALL_SHUTDOWN_TIME_SECONDS", "9", 9.0, "4", 4.0),
+    "init_timeout_s": ("INIT_TIMEOUT_SECONDS", "120", 120.0, "0", 0.0),
     "log_level": ("LOG_LEVEL", "debug", "debug", "error", "error"),
     "framework_threads": ("FRAMEWORK_THREADS", "3", 3, "auto", None),
+    "buffer_pool_bytes": ("BUFFER_POOL_BYTES", "8388608", 8388608, "0", 0),
 }
 
 
@@ -39,6 +41,7 @@ def test_defaults_with_empty_environment():
     assert values["stall_check_s"] == 60.0
     assert values["stall_shutdown_s"] == 1800.0  # torch.distributed's default timeout: no hang by default
     assert values["cache_capacity"] == 1024
+    assert values["buffer_pool_bytes"] == 32 * 1024 * 1024  # small: idle host buffers kept for reuse
 
 
 @pytest.mark.parametrize("key", list(SAMPLES))
@@ -82,6 +85,7 @@ def test_engine_config_has_the_engine_knobs():
     engine = config.engine_config(values)
     assert engine["fusion_threshold"] == 77 and engine["stall_shutdown_s"] == 2.0
     assert "log_level" not in engine
+    assert config.engine_config(config.load({"HOROVOD_BUFFER_POOL_BYTES": "4096"}))["buffer_pool_bytes"] == 4096
 
 
 INVALID = [
@@ -99,8 +103,12 @@ INVALID = [
     ("COLLECTIVES_STALL_CHECK_TIME_SECONDS", "soon"),
     ("COLLECTIVES_STALL_CHECK_DISABLE", "sometimes"),
     ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "x"),
+    ("COLLECTIVES_INIT_TIMEOUT_SECONDS", "-1"),
+    ("HOROVOD_INIT_TIMEOUT_SECONDS", "inf"),
     ("COLLECTIVES_LOG_LEVEL", "verbose"),
     ("HOROVOD_LOG_LEVEL", "loud"),
+    ("COLLECTIVES_BUFFER_POOL_BYTES", "-1"),
+    ("HOROVOD_BUFFER_POOL_BYTES", "32MiB"),
 ]
 
 

@@ -4,6 +4,7 @@ with the real entry points are compiled with the C compiler, so no GPU is needed
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -31,15 +32,43 @@ def compile_library(path, source, soname):
     return str(path)
 
 
+NOTHING_FOUND = """
+from collectives import gpu_libs
+# Nothing to find: no wheel directories, no system search, a driver path that does not exist.
+search = gpu_libs.search_nccl(environ={}, search_paths=[], include_system=False)
+assert search.found is None and search.attempts == (), search
+assert "not found" in search.describe_failure()
+assert gpu_libs.find_nccl(environ={}, search_paths=[], include_system=False) is None
+cuda = gpu_libs.probe_cuda(search_paths=[], driver="/nonexistent/libcuda.so.1")
+assert not cuda.available and cuda.device_count == 0 and cuda.driver is None, cuda
+assert "/nonexistent/libcuda.so.1" in cuda.problem, cuda.problem
+print("ok")
+"""
+
+
 def test_nothing_found_is_not_an_error():
-    # This machine has no NCCL and no CUDA driver: answers, not exceptions.
-    search = gpu_libs.search_nccl(environ={}, search_paths=[])
-    assert search.found is None and search.attempts
-    assert "not found" in search.describe_failure()
-    assert gpu_libs.find_nccl(environ={}, search_paths=[]) is None
-    cuda = gpu_libs.probe_cuda(search_paths=[])
-    assert not cuda.available and cuda.device_count == 0 and cuda.driver is None
-    assert "libcuda.so.1" in cuda.problem
+    # Answers, not exceptions, when nothing is there.
+    exec(compile(NOTHING_FOUND, "<nothing found>", "exec"), {})
+
+
+@needs_cc
+def test_nothing_found_even_where_a_driver_and_nccl_are_installed(tmp_path):
+    # The same probes on a machine that has a CUDA driver and a system NCCL (stand-ins the
+    # dynamic loader finds by soname): the test above must not depend on the machine.
+    libs = tmp_path / "libs"
+    compile_library(libs / "libcuda.so.1", FAKE_DRIVER % 0, "libcuda.so.1")
+    compile_library(libs / "libnccl.so.2", FAKE_NCCL % 22105, "libnccl.so.2")
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])))
+    env.pop(gpu_libs.NCCL_ENV, None)
+    # The defaults do find them here...
+    found = subprocess.run([sys.executable, "-c", "from collectives import gpu_libs; "
+                            "print(gpu_libs.find_nccl(environ={}, search_paths=[]).version, "
+                            "gpu_libs.probe_cuda(search_paths=[]).device_count)"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert found.stdout.split() == ["22105", "2"], found.stdout + found.stderr
+    # ...and the probes that ask for nothing still find nothing.
+    proc = subprocess.run([sys.executable, "-c", NOTHING_FOUND], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_candidate_order(tmp_path):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from collectives import run as runmod
+from collectives.launcher import cli as runmod
 from collectives.launcher import args as cli
 from collectives.launcher import command, environment, hosts, mpi_locator, reachability
 from collectives.launcher.elf_deps import read_dynamic
@@ -153,6 +153,35 @@ def test_unreachable_remote_host_is_named():
     # 192.0.2.1 (TEST-NET-1) resolves but is no machine of ours: the ssh check fails fast.
     run = launch(["-np", 2, "--start-timeout", "2", "-H", "192.0.2.1:2", "python", WORKER], timeout=30)
     assert_one_line_error(run, "192.0.2.1", "ssh")
+
+
+def test_ssh_failures_read_as_one_line_naming_the_host():
+    refused = reachability.ssh_failure("b", 255, "Warning: x\nroot@b: Permission denied (publickey,password).\n")
+    assert refused == ("host 'b' refused the ssh login (root@b: Permission denied (publickey,password)); "
+                       "collectivesrun needs ssh to every remote host without a password prompt (a key, as for "
+                       "horovodrun)")
+    timed_out = reachability.ssh_failure("c", 255, "ssh: connect to host c port 22: Connection timed out\n")
+    assert timed_out == "cannot reach host 'c' over ssh: connect to host c port 22: Connection timed out"
+    assert reachability.ssh_failure("d", 1, "") == "cannot reach host 'd' over ssh: ssh exited with 1"
+
+
+def test_every_bad_host_is_named():
+    with pytest.raises(reachability.UnreachableHostError) as e:
+        reachability.check_hosts(["no-such-a.invalid", "localhost", "no-such-b.invalid"], 10)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.index("'no-such-a.invalid'") < message.index("'no-such-b.invalid'"), message
+
+
+def test_topology_on_one_machine():
+    # local_size is every rank, one host, so cross_size 1 and is_homogeneous() True; the
+    # multi-host placements are in tests/test_multihost.py.
+    import socket
+
+    run = launch(["-np", 3, "python", os.path.join(WORKERS, "multihost_worker.py"), f"{socket.gethostname()}:3"])
+    assert run.returncode == 0, run.describe()
+    assert_all_ranks_passed(run, 3, min_cases=4)
+    assert run.stdout.count("is_homogeneous=True") == 3, run.describe()
 
 
 def test_localhost_beside_remote_hosts_is_refused(monkeypatch):

@@ -73,7 +73,7 @@ def _my_rows(reduced, x, offset, dim0):
 
 
 def allgather(tensor, name=None, process_set=None):
-    tensor = as_tensor(tensor, "allgather")
+    tensor = as_tensor(tensor, "allgather", moves_bytes=True)
     if not _differentiable(tensor):
         return raw.allgather(tensor, name, process_set)
 
@@ -90,7 +90,7 @@ def allgather(tensor, name=None, process_set=None):
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
-    tensors = [as_tensor(t, "grouped_allgather") for t in tensors]
+    tensors = [as_tensor(t, "grouped_allgather", moves_bytes=True) for t in tensors]
     if not tensors:
         return []
     if not all(_differentiable(t) for t in tensors):
@@ -111,7 +111,7 @@ def grouped_allgather(tensors, name=None, process_set=None):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    tensor = as_tensor(tensor, "broadcast")
+    tensor = as_tensor(tensor, "broadcast", moves_bytes=True)
     if not _differentiable(tensor):
         return raw.broadcast(tensor, root_rank, name, process_set)
 
@@ -127,7 +127,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns ``(received, received_splits)``."""
-    tensor = as_tensor(tensor, "alltoall")
+    tensor = as_tensor(tensor, "alltoall", moves_bytes=True)
     if not _differentiable(tensor):
         return raw.alltoall(tensor, splits, name, process_set)
 

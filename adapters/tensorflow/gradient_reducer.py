@@ -6,6 +6,12 @@ The whole list crosses to the engine in ONE hop (one ``tf.py_function`` inside a
 user asked for), so the engine negotiates them together and fuses them; ``tf.IndexedSlices``
 as allgathers of their values and indices, as Horovod does (unless ``sparse_as_dense``).
 ``None`` gradients stay ``None`` (every rank must agree on which are ``None``, as in Horovod).
+
+Local variables (Horovod's ``register_local_source`` / ``register_local_var``) keep their
+local gradients, divided by the set's size when ``scale_local_gradients`` (Horovod's default:
+their updates then have the scale of the averaged ones). Keras 3 variables have no ``.ref()``,
+so a variable is recognised by identity: the registered object itself or the ``tf.Variable``
+behind a Keras variable.
 """
 import tensorflow as tf
 
@@ -24,6 +30,12 @@ def _split_evenly(items, n):
     return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
+def backing_variable(variable):
+    """The tf.Variable behind a Keras 3 variable (None for anything else)."""
+    backing = getattr(variable, "_value", None)
+    return backing if isinstance(backing, tf.Variable) else None
+
+
 def check_groups(groups):
     if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
         raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
@@ -40,7 +52,7 @@ class GradientReducer:
     """
 
     def __init__(self, prefix, compression=None, op=Average, gradient_predivide_factor=1.0, groups=None,
-                 sparse_as_dense=False, process_set=None):
+                 sparse_as_dense=False, process_set=None, scale_local_gradients=True):
         if op == Adasum:
             raise NotImplementedError("collectives: the Adasum reduction is not supported")
         if gradient_predivide_factor != 1.0 and op != Average:
@@ -54,6 +66,30 @@ class GradientReducer:
         self.groups = groups
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self._local = []  # registered local variables, kept alive so that their ids stay theirs
+
+    # ------------------------------------------------------------ local variables
+
+    def register_local(self, variable):
+        """Gradients of ``variable`` stay local (see the module docstring)."""
+        if not any(variable is v for v in self._local):
+            self._local.append(variable)
+
+    def _local_positions(self, variables):
+        if not self._local or variables is None:
+            return []
+        ids = {id(x) for v in self._local for x in (v, backing_variable(v)) if x is not None}
+        return [i for i, v in enumerate(variables) if id(v) in ids or id(backing_variable(v)) in ids]
+
+    def _scaled_local(self, grad):
+        if grad is None or not self.scale_local_gradients:
+            return grad
+        n = set_size(self.process_set)
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+        grad = tf.convert_to_tensor(grad)
+        return grad / tf.cast(n, grad.dtype)
 
     # ------------------------------------------------------------ planning
 
@@ -89,6 +125,19 @@ class GradientReducer:
 
     def reduce(self, grads, variables=None):
         grads = list(grads)
+        local = self._local_positions(variables)
+        if not local:
+            return self._reduce(grads, variables)
+        shared = [i for i in range(len(grads)) if i not in local]
+        reduced = self._reduce([grads[i] for i in shared], [variables[i] for i in shared])
+        out = list(grads)
+        for i, g in zip(shared, reduced):
+            out[i] = g
+        for i in local:
+            out[i] = self._scaled_local(grads[i])
+        return out
+
+    def _reduce(self, grads, variables=None):
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if not included(self.process_set) or set_size(self.process_set) == 1:

@@ -14,11 +14,15 @@ Inside a ``tf.function``, ``py_function`` ops are stateful and run in program or
 XLA cannot run a ``py_function`` (it fails at run time with an ``EagerPyFunc`` kernel
 error); a hop traced inside an XLA-compiled function raises ``XlaNotSupportedError``
 at trace time instead.
+
+Errors: an eager hop raises collectives errors as the TensorFlow types Horovod's ops raise
+(``errors.as_tensorflow_error``); inside a ``tf.function`` TensorFlow types them itself.
 """
 import tensorflow as tf
 
 from collectives.errors import CollectivesError
 
+from .errors import as_tensorflow_error
 from .tensors import to_numpy, to_tensor
 
 try:  # private, but the only way to see that a function is being traced for XLA
@@ -62,7 +66,11 @@ def run_hop(fn, inputs, out_dtypes, what, out_shapes=None):
     inputs = list(inputs)
     out_dtypes = list(out_dtypes)
     if tf.executing_eagerly():
-        return [to_tensor(a) for a in fn([to_numpy(t) for t in inputs])]
+        try:
+            arrays = fn([to_numpy(t) for t in inputs])
+        except CollectivesError as error:  # as Horovod's TF ops raise it (adapters/tensorflow/errors.py)
+            raise as_tensorflow_error(error).with_traceback(error.__traceback__) from None
+        return [to_tensor(a) for a in arrays]
     check_not_xla(what)
 
     def body(*tensors):

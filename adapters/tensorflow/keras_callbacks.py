@@ -1,5 +1,6 @@
 """horovod.tensorflow.keras.callbacks for Keras 3: BroadcastGlobalVariablesCallback,
-MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback.
+MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback,
+BestModelCheckpoint.
 
 Each of them, at the start of ``fit``, also turns XLA off for the train step when the
 model's optimizer is a DistributedOptimizer and the model was compiled with
@@ -15,6 +16,7 @@ from collectives import basics
 from collectives import ops as core
 from collectives.constants import Average
 
+from .gradient_reducer import backing_variable
 from .keras_optimizer import _DistributedOptimizer
 from .mpi_ops import broadcast_variables
 from .naming import digest
@@ -44,35 +46,67 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
     """Broadcast the model's and the optimizer's variables from ``root_rank`` when training
     starts, so every rank begins from the same state (random initialization or a checkpoint
     restored on one rank). Keras 3 builds the optimizer before training starts; if it is not
-    built yet then, its variables are broadcast after the first batch."""
+    built yet then, its variables are broadcast after the first batch.
 
-    def __init__(self, root_rank, device=""):
+    ``local_variables`` (Horovod's): variables that keep each rank's own value. Keras 3
+    variables have no ``.ref()``; they are recognised by identity (the variable itself or the
+    tf.Variable behind it). ``device`` is accepted and ignored."""
+
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
         self._optimizer_pending = False
+        if local_variables is not None and not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        self.local_variables = list(local_variables or [])
+
+    def _shared(self, variables):
+        local = {id(x) for v in self.local_variables for x in (v, backing_variable(v)) if x is not None}
+        return [v for v in variables if id(v) not in local and id(backing_variable(v)) not in local]
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
         return list(optimizer.variables) if optimizer is not None and optimizer.built else None
+
+    def _broadcast(self, variables):
+        broadcast_variables(self._shared(variables), root_rank=self.root_rank)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         if self.broadcast_done:
             return
         optimizer_vars = self._optimizer_variables()
-        broadcast_variables(self.model.variables, root_rank=self.root_rank)
+        self._broadcast(self.model.variables)
         if optimizer_vars is None:
             self._optimizer_pending = True
         else:
-            broadcast_variables(optimizer_vars, root_rank=self.root_rank)
+            self._broadcast(optimizer_vars)
         self.broadcast_done = True
 
     def on_train_batch_end(self, batch, logs=None):
         if self._optimizer_pending:
-            broadcast_variables(self.model.variables, root_rank=self.root_rank)
-            broadcast_variables(self._optimizer_variables() or [], root_rank=self.root_rank)
+            self._broadcast(self.model.variables)
+            self._broadcast(self._optimizer_variables() or [])
             self._optimizer_pending = False
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ModelCheckpoint that saves the whole model whenever ``monitor`` improves
+    (``save_best_only=True``). Horovod leaves ``filepath`` to its Spark estimator; Keras 3
+    checks the path when the callback is made, so give ``filepath=`` (a ``.keras`` or ``.h5``
+    path) or set ``callback.filepath`` before training."""
+
+    def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch", filepath=None):
+        super().__init__(filepath="best_model.keras" if filepath is None else filepath, monitor=monitor,
+                         verbose=verbose, save_best_only=True, save_weights_only=False, mode=mode,
+                         save_freq=save_freq)
+        self.filepath = filepath
+
+    def on_train_begin(self, logs=None):
+        if self.filepath is None:
+            raise ValueError("BestModelCheckpoint needs a filepath: pass filepath= or set callback.filepath")
+        super().on_train_begin(logs)
 
 
 class MetricAverageCallback(_CollectivesCallback):

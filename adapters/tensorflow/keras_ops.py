@@ -36,12 +36,16 @@ def reducescatter(value, name=None, op=Average):
 
 
 @tf.autograph.experimental.do_not_convert
-def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,
+               legacy_opts=False):
     """Load a saved Keras model and wrap its optimizer in DistributedOptimizer (keeping the
     optimizer's restored state), ready to continue training on every rank.
 
     ``custom_optimizers`` (optimizer classes) are merged into ``custom_objects`` by class name.
+    ``legacy_opts`` (Horovod's switch to ``tf.keras.optimizers.legacy``, which Keras 3 does not
+    have) is accepted and ignored.
     """
+    del legacy_opts
     import keras
 
     objects = dict(custom_objects or {})

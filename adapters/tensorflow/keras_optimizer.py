@@ -15,8 +15,17 @@ build the wrapper, and by ``collectives.keras.load_model``) gives a configured i
 
 ``backward_passes_per_step=N`` accumulates gradients locally (in variables outside the
 optimizer's own, so they are not saved) and reduces and applies them every N-th call;
-the calls in between update nothing, and ``optimizer.iterations`` counts applied updates.
+the calls in between update nothing. ``optimizer.iterations`` counts updates, not calls:
+that is what Keras 3's own ``gradient_accumulation_steps`` makes it count, and Adam's bias
+correction and learning-rate schedules read it, so training matches one process that
+accumulates the same micro-batches with Keras. (Horovod's Keras-2-era optimizer adds one on
+every call, which advances those schedules ``backward_passes_per_step`` times per update.)
+
+``register_local_var`` (and ``PartialDistributedOptimizer``'s ``local_layers``) keeps the
+gradients of some variables local, as Horovod's (see ``GradientReducer``).
 """
+import warnings
+
 import tensorflow as tf
 
 from collectives.constants import Adasum, Average
@@ -30,7 +39,7 @@ class _Settings:
     """What DistributedOptimizer was asked for (kept on the dynamic class)."""
 
     def __init__(self, prefix, compression, op, gradient_predivide_factor, groups, sparse_as_dense, process_set,
-                 backward_passes_per_step, average_aggregated_gradients):
+                 backward_passes_per_step, average_aggregated_gradients, scale_local_gradients=True):
         self.prefix = prefix
         self.compression = compression
         self.op = op
@@ -40,6 +49,7 @@ class _Settings:
         self.process_set = process_set
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = average_aggregated_gradients
+        self.scale_local_gradients = scale_local_gradients
 
 
 class _Runtime:
@@ -63,9 +73,14 @@ class _DistributedOptimizer:
             s = self._collectives_settings
             prefix = s.prefix or f"DistributedOptimizer.{self.name}"
             runtime = _Runtime(GradientReducer(prefix, s.compression, s.op, s.gradient_predivide_factor, s.groups,
-                                               s.sparse_as_dense, s.process_set))
+                                               s.sparse_as_dense, s.process_set, s.scale_local_gradients))
             self.__dict__["_collectives_state"] = runtime
         return runtime
+
+    def register_local_var(self, var):
+        """Horovod's: gradients of ``var`` are not combined over the ranks; they are applied
+        locally (divided by the number of ranks with ``scale_local_gradients``)."""
+        self._collectives_runtime().reducer.register_local(var)
 
     def build(self, variables):
         super().build(variables)
@@ -114,7 +129,8 @@ class _DistributedOptimizer:
             return tf.constant(True)
 
         # Every rank takes the same branch (the counters agree), so the reduction inside the
-        # branch is safe; the passes in between only accumulate.
+        # branch is safe; the passes in between only accumulate (iterations counts updates:
+        # see the module docstring).
         return tf.cond(count >= passes, reduce_and_apply, lambda: tf.constant(False))
 
 
@@ -155,8 +171,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``backward_passes_per_step`` with ``average_aggregated_gradients``, ``groups`` (an int or
     lists of variables; by default one group), ``process_set`` (ranks outside it apply their
     local gradients).
-    ``name`` prefixes the engine's request names; ``device_*`` and ``scale_local_gradients``
-    (no local variables can be registered here) are accepted and ignored.
+    ``scale_local_gradients`` divides the gradients of variables registered with
+    ``register_local_var`` by the number of ranks.
+    ``name`` prefixes the engine's request names; ``device_*`` are accepted and ignored.
 
     Under the ``mixed_float16`` policy a plain optimizer is first wrapped in Keras'
     LossScaleOptimizer (what ``compile`` would do), so the reduction happens before the
@@ -165,7 +182,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     """
     import keras
 
-    del device_dense, device_sparse, scale_local_gradients  # accepted for Horovod compatibility
+    del device_dense, device_sparse  # accepted for Horovod compatibility
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a Keras optimizer, not a {type(optimizer).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
@@ -176,8 +193,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
-    if num_groups and groups is None:
-        groups = num_groups
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
     check_groups(groups)
     core_kwargs(process_set)
 
@@ -186,7 +206,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         optimizer = loss_scale(optimizer)
 
     settings = _Settings(name, compression, op, float(gradient_predivide_factor), groups, sparse_as_dense,
-                         process_set, int(backward_passes_per_step), bool(average_aggregated_gradients))
+                         process_set, int(backward_passes_per_step), bool(average_aggregated_gradients),
+                         bool(scale_local_gradients))
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__, "_collectives_settings": settings})
@@ -210,4 +231,24 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
                                 gradient_predivide_factor=gradient_predivide_factor, op=op,
                                 backward_passes_per_step=backward_passes_per_step,
                                 average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-                                groups=groups, process_set=process_set)
+                                groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """Horovod's: a DistributedOptimizer whose ``local_layers`` (Keras layers) keep their
+    gradients local; the other arguments are DistributedOptimizer's."""
+    from .tape import local_layer_variables
+
+    local = local_layer_variables(local_layers)
+    wrapped = DistributedOptimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                                   gradient_predivide_factor=gradient_predivide_factor, op=op,
+                                   backward_passes_per_step=backward_passes_per_step,
+                                   average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                                   process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for variable in local:
+        wrapped.register_local_var(variable)
+    return wrapped

@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from collectives import basics, objects
 from collectives.constants import Adasum, Average, Sum, resolve_op
+from collectives.errors import InvalidArgumentError
+from collectives.process_sets import process_set_by_id
 
 from . import functions as fn
 from . import ops as raw
@@ -26,17 +28,25 @@ def handle_average_backwards_compatibility(op, average):
     return resolve_op(op, average, stacklevel=5)  # user -> do_not_convert wrapper -> verb -> here
 
 
+def _executing_eagerly():
+    """Horovod's helper: True outside graph construction (what ``tf.executing_eagerly`` says)."""
+    return tf.executing_eagerly()
+
+
 def _sparse_allreduce(slices, op, name, prescale_factor, postscale_factor, process_set):
-    """An IndexedSlices "allreduce": allgather values and indices (one hop), as Horovod does."""
+    """An IndexedSlices "allreduce": allgather values and indices (one hop), as Horovod does.
+    Average divides the values by the set's size with TensorFlow's true division, as Horovod
+    does: integer values give floating-point quotients (int32 -> float64)."""
     if op == Adasum:
         raise NotImplementedError("The Adasum reduction does not currently support sparse tensors. As a "
                                   "workaround please pass sparse_as_dense=True to DistributedOptimizer")
     if op not in (Sum, Average):
         raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+    if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
     values, indices = raw.grouped_allgather([slices.values, slices.indices], name, process_set)
-    scale = float(prescale_factor) * float(postscale_factor) / (set_size(process_set) if op == Average else 1)
-    if scale != 1.0:
-        values = values * tf.cast(scale, values.dtype)
+    if op == Average:
+        values = values / tf.cast(set_size(process_set), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -123,6 +133,20 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 
 
 @not_converted
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 helper: broadcast ``tf.compat.v1.global_variables()``; returns the op that
+    assigns them. Eager execution has no global variables: RuntimeError, as in Horovod."""
+    if _executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. Please use "
+                           "`hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    variables = list(tf.compat.v1.global_variables())
+    if not variables:
+        return tf.no_op()
+    values = raw.grouped_broadcast(variables, root_rank, "broadcast_global_variables")
+    return tf.group(*[var.assign(value) for var, value in zip(variables, values)])
+
+
+@not_converted
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assign ``root_rank``'s values to ``variables`` on every rank (one hop for all of them).
     Works eagerly and inside ``tf.function``."""
@@ -196,6 +220,13 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     return objects.broadcast_object(obj, root_rank, name, **core_kwargs(process_set))
 
 
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Horovod's factory: a function ``f(obj)`` that returns ``root_rank``'s object (eager only)."""
+    def broadcast_fn(obj):
+        return broadcast_object(obj, root_rank, session=session, name=name, process_set=process_set)
+    return broadcast_fn
+
+
 @not_converted
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """The list of every rank's picklable object, in rank order (eager only)."""
@@ -206,6 +237,17 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 def size_op(process_set_id=0, name=None):
     """The number of ranks, as an int32 tensor."""
     return tf.constant(basics.size(), tf.int32, name=name)
+
+
+@not_converted
+def process_set_included_op(process_set_id=0, name=None):
+    """1 (an int32 tensor) if this rank belongs to the registered set ``process_set_id``, else 0;
+    -3, as Horovod's op, for an id that is not registered."""
+    try:
+        value = int(bool(process_set_by_id(process_set_id).included()))
+    except InvalidArgumentError:
+        value = -3
+    return tf.constant(value, tf.int32, name=name)
 
 
 @not_converted

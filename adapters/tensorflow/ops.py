@@ -13,7 +13,7 @@ from collectives.handles import synchronize
 from .hops import run_hop
 from .naming import digest
 from .process_sets import core_kwargs, set_rank, set_size
-from .tensors import as_tensor
+from .tensors import as_tensor, from_wire, to_wire
 
 
 def _same_shapes(tensors):
@@ -59,28 +59,24 @@ def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, 
 # ---------------------------------------------------------------- broadcast
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    tensor = as_tensor(tensor, "broadcast")
+    tensor = as_tensor(tensor, "broadcast", moves_bytes=True)
+    wire = to_wire(tensor)
     kw = core_kwargs(process_set)
 
     def broadcast_array(arrays):
         return [core.broadcast(arrays[0], root_rank, name=name, **kw)]
 
-    return run_hop(broadcast_array, [tensor], [tensor.dtype], "broadcast", [tensor.shape])[0]
-
-
-# Data-movement ops copy bytes: unsigned types the engine lacks travel as signed ones of the
-# same width (Keras keeps its random-seed state in uint32 variables).
-_WIRE_TYPES = {tf.uint16: tf.int16, tf.uint32: tf.int32, tf.uint64: tf.int64}
+    out = run_hop(broadcast_array, [wire], [wire.dtype], "broadcast", [tensor.shape])[0]
+    return from_wire(out, tensor.dtype)
 
 
 def grouped_broadcast(tensors, root_rank, prefix, process_set=None):
     """Broadcast every tensor of the list in one hop, under the engine names
     ``<prefix>.<digest of dtypes and shapes>.<i>`` (the same on every rank)."""
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [as_tensor(t, "broadcast", moves_bytes=True) for t in tensors]
     if not tensors:
         return []
-    wire = [tf.bitcast(t, _WIRE_TYPES[t.dtype]) if t.dtype in _WIRE_TYPES else as_tensor(t, "broadcast")
-            for t in tensors]
+    wire = [to_wire(t) for t in tensors]
     kw = core_kwargs(process_set)
 
     def broadcast_arrays(arrays):
@@ -89,42 +85,46 @@ def grouped_broadcast(tensors, root_rank, prefix, process_set=None):
         return [synchronize(h) for h in handles]
 
     out = run_hop(broadcast_arrays, wire, [t.dtype for t in wire], "broadcast", _same_shapes(wire))
-    return [tf.bitcast(o, t.dtype) if t.dtype in _WIRE_TYPES else o for o, t in zip(out, tensors)]
+    return [from_wire(o, t.dtype) for o, t in zip(out, tensors)]
 
 
 # ---------------------------------------------------------------- allgather
 
 def allgather(tensor, name=None, process_set=None):
-    tensor = as_tensor(tensor, "allgather")
+    tensor = as_tensor(tensor, "allgather", moves_bytes=True)
+    wire = to_wire(tensor)
     kw = core_kwargs(process_set)
 
     def gather_array(arrays):
         return [core.allgather(arrays[0], name=name, **kw)]
 
-    return run_hop(gather_array, [tensor], [tensor.dtype], "allgather", [_gathered_shape(tensor.shape)])[0]
+    out = run_hop(gather_array, [wire], [wire.dtype], "allgather", [_gathered_shape(tensor.shape)])[0]
+    return from_wire(out, tensor.dtype)
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
-    tensors = [as_tensor(t, "grouped_allgather") for t in tensors]
+    tensors = [as_tensor(t, "grouped_allgather", moves_bytes=True) for t in tensors]
     if not tensors:
         return []
+    wire = [to_wire(t) for t in tensors]
     kw = core_kwargs(process_set)
 
     def gather_arrays(arrays):
         return core.grouped_allgather(arrays, name=name, **kw)
 
-    return run_hop(gather_arrays, tensors, [t.dtype for t in tensors], "grouped_allgather",
-                   [_gathered_shape(t.shape) for t in tensors])
+    out = run_hop(gather_arrays, wire, [t.dtype for t in wire], "grouped_allgather",
+                  [_gathered_shape(t.shape) for t in tensors])
+    return [from_wire(o, t.dtype) for o, t in zip(out, tensors)]
 
 
 # ---------------------------------------------------------------- alltoall
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns ``(received, received_splits)``; received_splits is an int32 tensor."""
-    tensor = as_tensor(tensor, "alltoall")
+    tensor = as_tensor(tensor, "alltoall", moves_bytes=True)
     kw = core_kwargs(process_set)
     n = set_size(process_set)
-    inputs = [tensor]
+    inputs = [to_wire(tensor)]
     if splits is not None:
         inputs.append(tf.reshape(tf.cast(splits, tf.int64), [-1]))
 
@@ -141,9 +141,9 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
         received, received_splits = result
         return [received, np.asarray(received_splits, dtype=np.int32)]
 
-    out, received_splits = run_hop(alltoall_array, inputs, [tensor.dtype, tf.int32], "alltoall",
+    out, received_splits = run_hop(alltoall_array, inputs, [inputs[0].dtype, tf.int32], "alltoall",
                                    [_gathered_shape(tensor.shape), tf.TensorShape([n])])
-    return out, received_splits
+    return from_wire(out, tensor.dtype), received_splits
 
 
 # ---------------------------------------------------------------- reducescatter

@@ -22,6 +22,12 @@ SUPPORTED_DTYPES = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16,
                     tf.float64, tf.bool)
 
 
+# Collectives that only move bytes (allgather, broadcast, alltoall) also take the unsigned
+# types the engine has no dtype for: they travel as the signed type of the same width
+# (Horovod registers uint16 for them; Keras keeps its random-seed state in uint32 variables).
+BYTE_TWINS = {tf.uint16: tf.int16, tf.uint32: tf.int32, tf.uint64: tf.int64}
+
+
 def check_dtype(dtype, what="collective"):
     dtype = tf.as_dtype(dtype)
     if dtype not in SUPPORTED_DTYPES:
@@ -31,12 +37,25 @@ def check_dtype(dtype, what="collective"):
     return dtype
 
 
-def as_tensor(value, what="collective"):
+def as_tensor(value, what="collective", moves_bytes=False):
     """A tf.Tensor for ``value`` (tensors pass through; variables are read; numpy and Python
-    values are converted), with its dtype checked."""
+    values are converted), with its dtype checked. ``moves_bytes``: the collective only moves
+    bytes, so the BYTE_TWINS types are accepted too."""
     tensor = value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(value)
-    check_dtype(tensor.dtype, what)
+    if not (moves_bytes and tensor.dtype in BYTE_TWINS):
+        check_dtype(tensor.dtype, what)
     return tensor
+
+
+def to_wire(tensor):
+    """``tensor`` as the engine can take it: BYTE_TWINS types bit-cast to their signed twin."""
+    twin = BYTE_TWINS.get(tensor.dtype)
+    return tensor if twin is None else tf.bitcast(tensor, twin)
+
+
+def from_wire(tensor, dtype):
+    """The result of a byte-moving collective back in the input's ``dtype``."""
+    return tensor if tensor.dtype == dtype else tf.bitcast(tensor, dtype)
 
 
 def to_numpy(tensor):

@@ -7,7 +7,7 @@ They run in the forward call's process set (``ps``; None: every rank).
 import torch
 
 from collectives import basics
-from collectives.constants import Average
+from collectives.constants import Average, Sum
 from collectives.process_sets import set_rank, set_size
 
 from . import ops as raw
@@ -126,14 +126,17 @@ class AlltoallFn(torch.autograd.Function):
 
 
 def _reducescatter_grad_scale(op, pre, post, ps):
+    # Horovod's convention (as for allreduce, whose Sum gradient is the Sum of the upstream
+    # gradients): the upstream gradient times the set's size for Sum, unscaled for Average,
+    # then times both scale factors.
     scale = float(pre) * float(post)
-    if op == Average:
-        scale /= set_size(ps)
+    if op == Sum:
+        scale *= set_size(ps)
     return scale
 
 
 class ReducescatterFn(torch.autograd.Function):
-    """dx = allgather(dy), scaled by pre*post (and 1/n for Average)."""
+    """dx = allgather(dy), times the set's size for Sum, times pre*post (Horovod's gradient)."""
 
     @staticmethod
     def forward(ctx, tensor, op, name, prescale_factor, postscale_factor, ps):

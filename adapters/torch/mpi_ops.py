@@ -12,6 +12,7 @@ from collectives.process_sets import (  # noqa: F401 - re-exported
 )
 
 from . import ops as raw
+from . import sparse as _sparse
 from .compression import Compression
 from .functions import (
     AllgatherFn,
@@ -101,6 +102,14 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                        process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
                                                 process_set))
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
+    """Horovod's reduction of a sparse COO tensor: indices and values are allgathered and the
+    result coalesced (Average divides the values by the set's size). Returns a handle for
+    ``synchronize`` (or call it, as in Horovod) that gives the sparse result."""
+    check_process_set(process_set)
+    return _sparse.sparse_allreduce_async(tensor, name, op, process_set)
 
 
 # ---------------------------------------------------------------- allgather

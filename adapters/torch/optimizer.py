@@ -1,10 +1,16 @@
-"""Horovod's ``horovod.torch.DistributedOptimizer``, ``broadcast_parameters`` and
-``broadcast_optimizer_state`` on the collectives engine.
+"""Horovod's ``horovod.torch.DistributedOptimizer`` on the collectives engine (the broadcasts
+live in ``broadcasts``; this module re-exports them).
 
 Gradients are allreduced in place into ``p.grad``. Each parameter's allreduce is started
 from ``Tensor.register_post_accumulate_grad_hook`` the moment its gradient is final, so
 communication overlaps the rest of the backward pass (the engine fuses what is in flight);
 ``step()`` waits for all of them, then runs the wrapped optimizer's step.
+
+Sparse COO gradients (``nn.Embedding(sparse=True)``) are, as in Horovod, allgathered (indices
+and values) and coalesced unless ``sparse_as_dense=True``; ``p.grad`` then holds the sparse
+result. A rank on which such a parameter got no gradient this step contributes an empty
+sparse tensor, once the optimizer has seen that parameter's gradient be sparse (on the first
+step it cannot know, and contributes dense zeros, as Horovod does).
 
 Calls go downward only: this module uses the core (``collectives.ops``, ``objects``, ``handles``).
 """
@@ -14,20 +20,23 @@ import weakref
 
 import torch
 
-from collectives import basics, objects
 from collectives import ops as core
-from collectives.handles import synchronize
 from collectives.constants import Adasum, Average, Sum
 from collectives.process_sets import set_size
 
+from .broadcasts import broadcast_optimizer_state, broadcast_parameters  # noqa: F401 - re-exported
 from .compression import Compression
 from .mpi_ops import check_process_set
-from .tensors import to_numpy
+from .sparse import sparse_allreduce_async
+from .tensors import synchronize, to_numpy
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state", "Compression"]
 
 
 # ---------------------------------------------------------------- helpers
+
+_SPARSE = object()  # marks a gradient reduced as a sparse tensor (its result replaces p.grad)
+
 
 def _split_list(items, n):
     d, r = divmod(len(items), n)
@@ -40,8 +49,13 @@ class _DistributedOptimizer:
     """Mixin placed before the wrapped optimizer's class in a dynamic subclass."""
 
     def _distributed_init(self, named_parameters, compression, backward_passes_per_step, op,
-                          gradient_predivide_factor, groups, sparse_as_dense, process_set):
+                          gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set):
         check_process_set(process_set)
+        if num_groups:
+            warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                          DeprecationWarning, stacklevel=3)
+            if groups is None:
+                groups = num_groups
         if op == Adasum:
             raise NotImplementedError("collectives.torch: Adasum is not supported")
         if gradient_predivide_factor != 1.0 and op != Average:
@@ -75,13 +89,16 @@ class _DistributedOptimizer:
 
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._allreduce_delay = {p: self.backward_passes_per_step for p in self._requires_update}
-        self._handles = {}      # key (param, or tuple of params for a group) -> (handle, ctx) or (None, None)
+        # key (param, or tuple of params for a group) -> list of (handle, [(p, compressed, ctx)]),
+        # or None while the key has gradients still accumulating
+        self._handles = {}
         self._group_counts = {}
         self._p_to_group = {}
         self._submissions = 0   # allreduce submissions so far (for tests and diagnostics)
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
+        self._sparse_dims = {}  # param -> sparse_dim of the sparse gradients it has produced
         self._groups = self._form_groups(groups)
         if set_size(process_set) > 1:
             self._register_hooks()
@@ -153,15 +170,27 @@ class _DistributedOptimizer:
             return Sum, 1.0 / f, f / set_size(self.process_set)
         return self.op, 1.0, 1.0
 
-    def _prepare_grad(self, p):
-        if p.grad is None:  # no gradient on this rank this step: contribute zeros
-            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+    def _grad_is_sparse(self, p):
+        """Fills in a missing gradient (zeros: this rank still takes part) and tells whether it
+        travels as a sparse tensor; with sparse_as_dense, sparse gradients become dense here."""
+        if p.grad is None:
+            sparse_dim = self._sparse_dims.get(p)
+            if sparse_dim is not None and not self.sparse_as_dense:
+                indices = torch.empty((sparse_dim, 0), dtype=torch.int64, device=p.device)
+                values = torch.empty((0, *p.shape[sparse_dim:]), dtype=p.dtype, device=p.device)
+                p.grad = torch.sparse_coo_tensor(indices, values, p.shape)
+            else:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         if p.grad.is_sparse:
+            self._sparse_dims[p] = p.grad.sparse_dim()
             if not self.sparse_as_dense:
-                raise NotImplementedError("collectives.torch: sparse gradients need sparse_as_dense=True")
+                return True
             p.grad = p.grad.to_dense()
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
+        return False
+
+    def _prepare_grad(self, p):
         compressed, ctx = self._compression.compress(p.grad)
         return compressed, ctx
 
@@ -169,19 +198,41 @@ class _DistributedOptimizer:
         compressed, ctx = self._prepare_grad(p)
         op, pre, post = self._scale_args()
         handle = core.allreduce_async_(to_numpy(compressed), op=op, name=self._name(p),
-                                              prescale_factor=pre, postscale_factor=post,
-                                              process_set=self.process_set)
+                                       prescale_factor=pre, postscale_factor=post,
+                                       process_set=self.process_set)
         self._submissions += 1
         return handle, [(p, compressed, ctx)]
 
-    def _grouped_allreduce_grad_async(self, group):
-        prepared = [(p, *self._prepare_grad(p)) for p in group]
+    def _sparse_allreduce_grad_async(self, p):
+        # Horovod's sparse path: the op (Average divides), not the predivide split of _scale_args.
+        handle = sparse_allreduce_async(p.grad, name="sparse_allreduce." + self._parameter_names[p], op=self.op,
+                                        process_set=self.process_set)
+        self._submissions += 1
+        return handle, [(p, None, _SPARSE)]
+
+    def _grouped_allreduce_grad_async(self, members):
+        prepared = [(p, *self._prepare_grad(p)) for p in members]
         op, pre, post = self._scale_args()
         handle = core.grouped_allreduce_async_([to_numpy(c) for _, c, _ in prepared], op=op,
-                                                      name=self._group_name(group), prescale_factor=pre,
-                                                      postscale_factor=post, process_set=self.process_set)
+                                               name=self._group_name(members), prescale_factor=pre,
+                                               postscale_factor=post, process_set=self.process_set)
         self._submissions += 1
         return handle, prepared
+
+    def _submit(self, key):
+        """Start the reduction of one parameter's or one group's gradients; returns the
+        pending (handle, prepared) pairs. In a group, sparse gradients travel on their own
+        (every rank has the same ones sparse: it is a property of the model)."""
+        params = key if isinstance(key, tuple) else (key,)
+        sparse = [self._grad_is_sparse(p) for p in params]
+        pending = [self._sparse_allreduce_grad_async(p) for p, is_sparse in zip(params, sparse) if is_sparse]
+        dense = [p for p, is_sparse in zip(params, sparse) if not is_sparse]
+        if dense:
+            if isinstance(key, tuple):
+                pending.append(self._grouped_allreduce_grad_async(dense))
+            else:
+                pending.append(self._allreduce_grad_async(key))
+        return pending
 
     def _on_grad_ready(self, p):
         key = self._p_to_group[p] if self._groups is not None else p
@@ -191,17 +242,17 @@ class _DistributedOptimizer:
                 "Increase backward_passes_per_step to accumulate gradients locally.")
         self._allreduce_delay[p] -= 1
         if self._allreduce_delay[p] > 0:
-            self._handles.setdefault(key, (None, None))
+            self._handles.setdefault(key, None)
             return
         if self._groups is None:
-            self._handles[p] = self._allreduce_grad_async(p)
+            self._handles[p] = self._submit(p)
             return
         self._group_counts[key] += 1
         if self._group_counts[key] == len(key):
-            self._handles[key] = self._grouped_allreduce_grad_async(key)
+            self._handles[key] = self._submit(key)
             self._group_counts[key] = 0
         else:
-            self._handles.setdefault(key, (None, None))
+            self._handles.setdefault(key, None)
 
     def synchronize(self):
         """Wait for every gradient allreduce of this step; afterwards ``p.grad`` holds the reduced
@@ -209,24 +260,22 @@ class _DistributedOptimizer:
         passes than ``backward_passes_per_step``) are reduced now, with zeros where they have
         no gradient, so every rank submits the same names."""
         if set_size(self.process_set) > 1:
-            if self._groups is None:
-                for p in self._requires_update:
-                    handle, _ = self._handles.get(p, (None, None))
-                    if handle is None:
-                        self._handles[p] = self._allreduce_grad_async(p)
-            else:
-                for group in self._groups:
-                    handle, _ = self._handles.get(group, (None, None))
-                    if handle is None:
-                        self._handles[group] = self._grouped_allreduce_grad_async(group)
-                        self._group_counts[group] = 0
+            for key in (self._requires_update if self._groups is None else self._groups):
+                if self._handles.get(key) is None:
+                    self._handles[key] = self._submit(key)
+                    if self._groups is not None:
+                        self._group_counts[key] = 0
             try:
-                for handle, prepared in self._handles.values():
-                    synchronize(handle)
-                    for p, compressed, ctx in prepared:
-                        out = self._compression.decompress(compressed, ctx)
-                        if out is not p.grad:
-                            p.grad.copy_(out)
+                for pending in self._handles.values():
+                    for handle, prepared in pending:
+                        result = synchronize(handle)
+                        for p, compressed, ctx in prepared:
+                            if ctx is _SPARSE:
+                                p.grad = result
+                                continue
+                            out = self._compression.decompress(compressed, ctx)
+                            if out is not p.grad:
+                                p.grad.copy_(out)
             finally:
                 self._handles.clear()
                 for p in self._requires_update:
@@ -263,7 +312,7 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
                          process_set=None):
     """Wrap a ``torch.optim.Optimizer`` so that gradients are averaged over all ranks.
 
@@ -280,98 +329,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)  # param_groups, state, defaults, hooks: shared
     dist._distributed_init(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                           groups, sparse_as_dense, process_set)
+                           num_groups, groups, sparse_as_dense, process_set)
     return dist
 
 
-# ---------------------------------------------------------------- broadcasts
-
-def broadcast_parameters(params, root_rank, process_set=None):
-    """Broadcast parameters (a ``state_dict()``-like mapping, or an iterable of ``(name,
-    tensor)`` pairs such as ``named_parameters()``, or of bare tensors) from ``root_rank`` to
-    every rank, in place."""
-    check_process_set(process_set)
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    else:
-        items = [p if isinstance(p, tuple) else (None, p) for p in params]
-    handles = []
-    for name, p in items:
-        if not isinstance(p, torch.Tensor):
-            raise ValueError(f"broadcast_parameters: {name!r} is a {type(p).__name__}, not a tensor")
-        handles.append(core.broadcast_async_(to_numpy(p), root_rank,
-                                                    name=None if name is None else f"broadcast.{name}",
-                                                    process_set=process_set))
-    for h in handles:
-        synchronize(h)
-
-
-def _describe_state(state):
-    """Root's optimizer state with tensors replaced by (shape, dtype) placeholders."""
-    out = {}
-    for pid, entries in state.items():
-        desc = {}
-        for key, value in entries.items():
-            if isinstance(value, torch.Tensor):
-                desc[key] = ("tensor", tuple(value.shape), str(value.dtype).replace("torch.", ""), value.device.type)
-            else:
-                desc[key] = ("value", value)
-        out[pid] = desc
-    return out
-
-
-def _state_device(device_type, params, pid):
-    """Where a state tensor the root has on ``device_type`` lives here: its parameter's GPU
-    (ranks use different ones), or this process's current one; the CPU for CPU state."""
-    if device_type != "cuda":
-        return torch.device("cpu")
-    if isinstance(pid, int) and 0 <= pid < len(params) and params[pid].is_cuda:
-        return params[pid].device
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-def broadcast_optimizer_state(optimizer, root_rank, process_set=None):
-    """Make every rank's optimizer state and hyperparameters equal to ``root_rank``'s.
-
-    The state's structure, scalars and ``param_groups`` go as one pickled object; the state
-    tensors are then broadcast in place (reusing a rank's own tensors where shape and dtype
-    agree, allocating where the rank has not stepped yet), and loaded with
-    ``load_state_dict`` on the other ranks.
-    """
-    check_process_set(process_set)
-    if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    state_dict = optimizer.state_dict()
-    is_root = basics.rank() == root_rank
-    desc = None
-    if is_root:
-        groups = [{k: v for k, v in g.items()} for g in state_dict["param_groups"]]
-        desc = {"param_groups": groups, "state": _describe_state(state_dict["state"])}
-    desc = objects.broadcast_object(desc, root_rank, name="broadcast_optimizer_state.structure",
-                                        process_set=process_set)
-
-    local = state_dict["state"]
-    params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict's ids index these
-    new_state, handles = {}, []
-    for pid in sorted(desc["state"], key=str):
-        entries = {}
-        for key in sorted(desc["state"][pid], key=str):
-            kind, *rest = desc["state"][pid][key]
-            if kind == "value":
-                entries[key] = rest[0]
-                continue
-            shape, dtype = rest[0], getattr(torch, rest[1])
-            device = _state_device(rest[2] if len(rest) > 2 else "cpu", params, pid)
-            tensor = local.get(pid, {}).get(key)
-            if not (isinstance(tensor, torch.Tensor) and tuple(tensor.shape) == shape and tensor.dtype == dtype
-                    and tensor.is_contiguous() and tensor.device.type == device.type):
-                tensor = torch.empty(shape, dtype=dtype, device=device)
-            entries[key] = tensor
-            handles.append(core.broadcast_async_(to_numpy(tensor), root_rank,
-                                                        name=f"broadcast_optimizer_state.{pid}.{key}",
-                                                        process_set=process_set))
-        new_state[pid] = entries
-    for h in handles:
-        synchronize(h)
-    if not is_root:
-        optimizer.load_state_dict({"state": new_state, "param_groups": desc["param_groups"]})

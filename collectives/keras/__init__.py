@@ -11,6 +11,7 @@ from collectives.basics import (
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -25,14 +26,16 @@ from collectives.basics import (
     start_timeline,
     stop_timeline,
 )
+from collectives.absent_backends import ccl_built, ddl_built
 from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collectives.errors import CollectivesError
 from collectives.adapters.tensorflow.compression import Compression
 from collectives.adapters.tensorflow.keras_ops import allgather, allreduce, broadcast, load_model, reducescatter
-from collectives.adapters.tensorflow.keras_optimizer import DistributedOptimizer
+from collectives.adapters.tensorflow.keras_optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collectives.adapters.tensorflow.mpi_ops import (
     allgather_object,
     barrier,
+    broadcast_global_variables,
     broadcast_object,
     broadcast_variables,
     join,

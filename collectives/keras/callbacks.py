@@ -1,11 +1,12 @@
 """``collectives.keras.callbacks``: horovod.tensorflow.keras.callbacks for Keras 3
 (implemented in ``collectives.adapters.tensorflow.keras_callbacks``)."""
 from collectives.adapters.tensorflow.keras_callbacks import (
+    BestModelCheckpoint,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
 
-__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
-           "LearningRateWarmupCallback"]
+__all__ = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback"]

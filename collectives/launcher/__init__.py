@@ -8,4 +8,5 @@ mpi_locator   finding the MPI launcher that matches the engine, and its flavour
 environment   the variables the ranks get (knobs, -x, thread and yield defaults)
 command       the launcher's argv for MPICH/hydra or Open MPI
 check_build   the ``--check-build`` report
+supervise     running the launcher as a child; ending a job a crashed host or cut link broke
 """

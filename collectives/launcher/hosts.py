@@ -89,3 +89,18 @@ def ranks_per_host(np, hosts: List[Host]) -> List[int]:
             if remaining == 0:
                 break
     return counts
+
+
+def ranks_on_hosts(np, hosts: List[Host]) -> List[List[int]]:
+    """The ranks each host receives, in the same walk as ranks_per_host: rank numbers are
+    handed out slot by slot in host order (host1's first, then host2's, ...)."""
+    ranks: List[List[int]] = [[] for _ in hosts]
+    rank = 0
+    while rank < np:
+        for i, host in enumerate(hosts):
+            take = min(host.slots, np - rank)
+            ranks[i].extend(range(rank, rank + take))
+            rank += take
+            if rank == np:
+                break
+    return ranks

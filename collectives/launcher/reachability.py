@@ -93,14 +93,25 @@ def check_ssh(name, timeout):
     except subprocess.TimeoutExpired:
         raise UnreachableHostError(f"cannot reach host '{name}' over ssh: no answer within {timeout:g} s") from None
     if proc.returncode != 0:
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"ssh exited with {proc.returncode}"
-        raise UnreachableHostError(f"cannot reach host '{name}' over ssh: {reason}")
+        raise UnreachableHostError(ssh_failure(name, proc.returncode, proc.stderr))
+
+
+def ssh_failure(name, returncode, stderr):
+    """The one line for a failed ``ssh host true``: ssh's own last line (without its "ssh: "
+    prefix, which the message already implies), and for a refused login what is needed."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    reason = lines[-1] if lines else f"ssh exited with {returncode}"
+    if reason.startswith("ssh: "):
+        reason = reason[len("ssh: "):]
+    if "permission denied" in reason.lower():
+        return (f"host '{name}' refused the ssh login ({reason.rstrip('.')}); collectivesrun needs ssh to "
+                "every remote host without a password prompt (a key, as for horovodrun)")
+    return f"cannot reach host '{name}' over ssh: {reason}"
 
 
 def check_hosts(names: List[str], timeout) -> Dict[str, HostStatus]:
-    """Resolve every host and ssh-check the remote ones, all in parallel; the first failure
-    (in the order given) is raised as UnreachableHostError."""
+    """Resolve every host and ssh-check the remote ones, all in parallel; the failures (in the
+    order given, each naming its host) are raised together as one UnreachableHostError."""
     names = list(dict.fromkeys(names))
     results, errors = {}, {}
 
@@ -119,9 +130,12 @@ def check_hosts(names: List[str], timeout) -> Dict[str, HostStatus]:
         t.start()
     for t in threads:
         t.join(2 * timeout + 10)
+    failures = []
     for name in names:
         if name in errors:
-            raise errors[name]
-        if name not in results:
-            raise UnreachableHostError(f"checking host '{name}' did not finish within {2 * timeout + 10:g} s")
+            failures.append(str(errors[name]))
+        elif name not in results:
+            failures.append(f"checking host '{name}' did not finish within {2 * timeout + 10:g} s")
+    if failures:
+        raise UnreachableHostError("; ".join(failures))
     return results

@@ -14,6 +14,7 @@ from collectives.basics import (
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -28,12 +29,14 @@ from collectives.basics import (
     start_timeline,
     stop_timeline,
 )
+from collectives.absent_backends import ccl_built, ddl_built
 from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collectives.errors import CollectivesError
 from collectives.adapters.tensorflow.compression import Compression, Compressor
 from collectives.adapters.tensorflow.hops import XlaNotSupportedError
 from collectives.adapters.tensorflow.keras_optimizer import tensorflow_distributed_optimizer as DistributedOptimizer
 from collectives.adapters.tensorflow.mpi_ops import (
+    _executing_eagerly,
     allgather,
     allgather_object,
     allreduce,
@@ -41,7 +44,9 @@ from collectives.adapters.tensorflow.mpi_ops import (
     barrier,
     broadcast,
     broadcast_,
+    broadcast_global_variables,
     broadcast_object,
+    broadcast_object_fn,
     broadcast_variables,
     grouped_allgather,
     grouped_allreduce,
@@ -49,6 +54,7 @@ from collectives.adapters.tensorflow.mpi_ops import (
     join,
     local_rank_op,
     local_size_op,
+    process_set_included_op,
     rank_op,
     reducescatter,
     size_op,
@@ -59,7 +65,7 @@ from collectives.adapters.tensorflow.process_sets import (
     global_process_set,
     remove_process_set,
 )
-from collectives.adapters.tensorflow.tape import DistributedGradientTape
+from collectives.adapters.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape
 
 # Horovod's name for errors raised by collective operations (a RuntimeError).
 HorovodInternalError = CollectivesError

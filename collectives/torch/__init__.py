@@ -12,6 +12,7 @@ from collectives.basics import (
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -26,6 +27,7 @@ from collectives.basics import (
     start_timeline,
     stop_timeline,
 )
+from collectives.absent_backends import ccl_built, ddl_built
 from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collectives.errors import CollectivesError
 from collectives.adapters.torch.compression import Compression, Compressor
@@ -61,6 +63,7 @@ from collectives.adapters.torch.mpi_ops import (
     reducescatter,
     reducescatter_async,
     remove_process_set,
+    sparse_allreduce_async,
     synchronize,
 )
 from collectives.adapters.torch.sync_batch_norm import SyncBatchNorm

@@ -8,7 +8,8 @@ Families:
              from the same seed), eagerly and in tf.function; groups, gradient_predivide_factor,
              op=Sum, fp16 compression, tf.IndexedSlices (allgathered, and sparse_as_dense);
              all gradients of a step travel in one hop.
-  fit        model.fit with DistributedOptimizer against one process fitting the whole batch:
+  fit        model.fit with DistributedOptimizer against one process fitting the whole batch (with
+             Keras 3's gradient_accumulation_steps for backward_passes_per_step > 1):
              SGD-momentum, Adam, backward_passes_per_step=2 (averaged and summed), fp16
              compression; a custom tf.function loop with optimizer.apply_gradients.
   callbacks  BroadcastGlobalVariablesCallback (differently initialized ranks end identical),
@@ -218,9 +219,12 @@ def fit_equivalence(make_opt, passes=1, average=True, epochs=2, rtol=1e-5, atol=
     model, ref = mlp(), mlp()
     model.compile(optimizer=hvd_keras.DistributedOptimizer(make_opt(1.0), backward_passes_per_step=passes,
                                                            average_aggregated_gradients=average, **kw), loss="mse")
-    ref.compile(optimizer=make_opt(ref_lr_scale), loss="mse")
-    # One update of the reference covers `passes` micro-batches of all ranks.
-    ref.fit(x, y, batch_size=passes * S * MICRO, epochs=epochs, shuffle=False, verbose=0)
+    # The reference: one process on each micro-batch of all ranks, with Keras 3's own gradient
+    # accumulation over `passes` of them (an update every `passes` calls, of their mean), whose
+    # iterations count every call, as Horovod's and ours do (Adam's bias correction sees them).
+    accumulation = {"gradient_accumulation_steps": passes} if passes > 1 else {}
+    ref.compile(optimizer=make_opt(ref_lr_scale, **accumulation), loss="mse")
+    ref.fit(x, y, batch_size=S * MICRO, epochs=epochs, shuffle=False, verbose=0)
     model.fit(my_rows(x, MICRO), my_rows(y, MICRO), batch_size=MICRO, epochs=epochs, shuffle=False, verbose=0)
     assert_weights_close(model.get_weights(), ref.get_weights(), rtol, atol, "fit vs single process")
     assert int(model.optimizer.iterations) == int(ref.optimizer.iterations), \
@@ -230,8 +234,8 @@ def fit_equivalence(make_opt, passes=1, average=True, epochs=2, rtol=1e-5, atol=
 
 
 def family_fit():
-    sgd = lambda k: keras.optimizers.SGD(0.05 * k, momentum=0.9)  # noqa: E731
-    adam = lambda k: keras.optimizers.Adam(0.01 * k)  # noqa: E731
+    sgd = lambda k, **kw: keras.optimizers.SGD(0.05 * k, momentum=0.9, **kw)  # noqa: E731
+    adam = lambda k, **kw: keras.optimizers.Adam(0.01 * k, **kw)  # noqa: E731
     case("fit SGD momentum")(lambda: fit_equivalence(sgd))
     case("fit Adam")(lambda: fit_equivalence(adam))
     case("fit Adam backward_passes_per_step=2 averaged")(lambda: fit_equivalence(adam, passes=2))

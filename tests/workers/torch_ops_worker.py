@@ -398,7 +398,7 @@ def fam_backward():
                     y = hvd.reducescatter(x, op=OPS[opname], name=nm(label), prescale_factor=pre,
                                           postscale_factor=post)
                     (y * to_torch(wrefs[R], dt)).sum().backward()
-                    scale = pre * post / (S if opname == "Average" else 1)
+                    scale = pre * post * (S if opname == "Sum" else 1)  # Horovod's convention
                     check(x.grad, np.concatenate(wrefs) * scale, dt, what="grad")
                     x2 = ts[R].clone().requires_grad_()
                     (y2,) = hvd.grouped_reducescatter([x2], op=OPS[opname], name=nm(label + ".g"),
@@ -495,7 +495,10 @@ def fam_misc():
         assert hvd.broadcast_object({"r": R, "t": torch.arange(3)}, root_rank=S - 1)["r"] == S - 1
         assert [o["r"] for o in hvd.allgather_object({"r": R})] == list(range(S))
         hvd.barrier()
-        assert hvd.size() == S and hvd.rank() == R and hvd.is_initialized()
+        # One check per value, so that a failure says which (seen once under heavy load).
+        assert hvd.size() == S, (hvd.size(), S)
+        assert hvd.rank() == R, (hvd.rank(), R)
+        assert hvd.is_initialized()
         assert 0 <= hvd.local_rank() < hvd.local_size() and 0 <= hvd.cross_rank() < hvd.cross_size()
         assert hvd.mpi_built() and hvd.mpi_enabled() and hvd.gloo_built() is False and hvd.nccl_built() == 0
         assert hvd.cuda_built() is False and isinstance(hvd.mpi_threads_supported(), bool)

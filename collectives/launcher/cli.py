@@ -1,0 +1,153 @@
+"""``collectivesrun`` (also ``python -m collectives.run``): the command line: start N ranks of a training script
+with the MPI launcher the engine was built with.
+
+    collectivesrun -np 4 [-H host1:2,host2:2 | --hostfile FILE] [--fusion-threshold-mb N]
+                   [--cycle-time-ms N] [--timeline-filename F] [--stall-check-time S]
+                   [-x VAR=VALUE | -x VAR]... python train.py ...
+    collectivesrun --check-build
+
+It checks everything it can before starting anything (the launcher exists and runs, every host
+resolves and remote ones answer ssh, knob values parse), so a bad setup ends with one line
+saying what is wrong and a non-zero exit instead of a hang. Then it runs the launcher as its
+child and watches the job (supervise.py): output passes through unchanged, signals are
+forwarded, and a normal job's exit status is the job's own; a job that a crashed host or a
+cut link has broken is ended, with one line naming the hosts and ranks. Plain
+``mpirun -np N python train.py`` keeps working: nothing here is required at run time.
+"""
+import os
+import shlex
+import shutil
+import socket
+import sys
+import uuid
+from typing import Dict, List, NamedTuple
+
+from .. import __version__
+from . import args as cli
+from . import check_build, command, environment, hosts as hostspec, mpi_locator, reachability, supervise
+
+PROG = "collectivesrun"
+
+
+class LaunchError(Exception):
+    """Anything that stops the launch; printed as one line."""
+
+
+def _warn(message):
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process (and so its ranks) may use
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def interpreter_for(program):
+    """A bare ``python``/``python3``/``python3.X`` means this interpreter, the one that has
+    collectives and its engine installed, unless PATH already finds this very one: it keeps
+    ``.venv/bin/collectivesrun ... python train.py`` working without activating the venv."""
+    names = {"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"}
+    if program not in names:
+        return program
+    found = shutil.which(program)
+    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable)):
+        return program
+    return sys.executable
+
+
+class Launch(NamedTuple):
+    """What plan() decided: the launcher, its argv and environment, and where the ranks go."""
+    path: str
+    argv: List[str]
+    env: Dict[str, str]
+    hosts: List[supervise.HostRanks]
+
+
+def _placement(args, timeout):
+    """(host list or None, every host is this machine, ranks on this machine or None, the ranks
+    of each host)."""
+    if args.hosts:
+        hosts = hostspec.parse_host_list(args.hosts)
+    elif args.hostfile:
+        hosts = hostspec.parse_hostfile(args.hostfile)
+    else:
+        return None, True, args.np, [supervise.HostRanks(socket.gethostname(), tuple(range(args.np)), True)]
+    statuses = reachability.check_hosts([h.name for h in hosts], timeout)
+    all_local = all(statuses[h.name].local for h in hosts)
+    if not all_local:
+        for h in hosts:
+            if statuses[h.name].loopback_only:
+                # Ranks on the other hosts would try to reach this one at their own loopback.
+                raise hostspec.HostSpecError(f"host '{h.name}' is a loopback name; with other hosts in the job, "
+                                             "name this machine by its network name or address")
+    counts = hostspec.ranks_per_host(args.np, hosts)
+    slots = sum(h.slots for h in hosts)
+    if args.np > slots:
+        _warn(f"{args.np} ranks on {slots} slots: hosts take more ranks than their slots")
+    local = sum(n for h, n in zip(hosts, counts) if statuses[h.name].local)
+    placed: Dict[str, supervise.HostRanks] = {}
+    for h, ranks in zip(hosts, hostspec.ranks_on_hosts(args.np, hosts)):  # a host may be listed twice
+        before = placed.get(h.name)
+        placed[h.name] = supervise.HostRanks(h.name, (before.ranks if before else ()) + tuple(ranks),
+                                             statuses[h.name].local)
+    return hosts, all_local, local or None, [p for p in placed.values() if p.ranks]
+
+
+def plan(args, environ):
+    """A Launch, or LaunchError."""
+    try:
+        launcher = mpi_locator.locate(environ)
+    except mpi_locator.LauncherError as e:
+        raise LaunchError(str(e)) from None
+    for w in launcher.warnings:
+        _warn(w)
+    try:
+        hosts, all_local, local_ranks, placed = _placement(args, args.start_timeout)
+    except (hostspec.HostSpecError, reachability.UnreachableHostError) as e:
+        raise LaunchError(str(e)) from None
+    if not all_local and launcher.flavor == mpi_locator.UNKNOWN:
+        raise LaunchError(f"{launcher.path} is not MPICH/hydra or Open MPI; collectivesrun can only "
+                          "launch it on this machine (run it directly for other hosts)")
+    try:
+        rank_env = environment.build(args, environ, local_ranks, usable_cores(), launcher.flavor)
+    except environment.RankEnvironmentError as e:
+        raise LaunchError(str(e)) from None
+    for note in rank_env.notes:
+        _warn(note)
+    program = [interpreter_for(args.command[0])] + args.command[1:]
+    variables = dict(rank_env.variables)
+    # Marks the job's processes, so that ending a broken job can find every rank left (supervise.py).
+    variables[supervise.JOB_ID_VARIABLE] = uuid.uuid4().hex
+    argv = command.build(launcher, args.np, hosts, all_local, variables, args.mpi_args, program)
+    launch_env = dict(environ)
+    # Also in the launcher's own environment: ranks started here inherit them whatever the
+    # launcher's dialect, and the -genv/-x copies carry them to other hosts.
+    launch_env.update(variables)
+    return Launch(launcher.path, argv, launch_env, placed)
+
+
+def main(argv=None):
+    args = cli.parse(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        print(__version__)
+        return 0
+    if args.check_build:
+        print(check_build.report())
+        return 0
+    try:
+        launch = plan(args, os.environ)
+    except LaunchError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    if args.verbose:
+        print(f"{PROG}: {shlex.join(launch.argv)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        return supervise.run(launch.path, launch.argv, launch.env, launch.hosts)
+    except OSError as e:
+        print(f"{PROG}: error: cannot start {launch.path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+

@@ -1,0 +1,95 @@
+"""Writes scripts/gpu-check.sh's report from its state directory: REPORT/gpu-check-report.md
+(the stages' lines and the benchmark figures against their targets) and the logs and JSON
+beside it (at most 6 files, so that the device tool brings them all back).
+
+Usage: python scripts/gpu_report.py STATE_DIR REPORT_DIR   (standard library only)
+"""
+import json
+import os
+import shutil
+import sys
+
+TARGETS = ("256 MiB allreduce within 5% of raw NCCL; the fused 161 tensors within 1.2x of one raw call of "
+           "their total size; the training step no slower than DDP")
+
+
+def read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
+def state_values(state_dir):
+    values = {}
+    for line in read(os.path.join(state_dir, "state")).splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            values[key] = value
+    return values
+
+
+def ratio_line(label, ours, theirs, target, lower_is_better=True):
+    if ours is None or theirs is None:
+        return f"  - {label}: not measured"
+    r = ours / theirs
+    ok = r <= target if lower_is_better else r >= target
+    return f"  - {label}: {r:.3f}x (target {'<=' if lower_is_better else '>='} {target}) {'met' if ok else 'NOT MET'}"
+
+
+def bench_lines(r):
+    """The figures of one gpu_bench.py run (its JSON), and the issue's ratios."""
+    ms = lambda k: f"{r[k] * 1e3:.2f} ms" if r.get(k) is not None else "-"  # noqa: E731
+    out = [f"- {r['ranks']} rank(s) on {r.get('device', '?')}{' (shared GPU)' if r.get('shared_gpu') else ''}, "
+           f"NCCL {r.get('nccl_version')}, medians of {r.get('iters')}"]
+    out.append(f"  - 256 MiB: device copy {ms('copy_256MiB_s')}; collectives allreduce {ms('allreduce_256MiB_s')} "
+               f"(busbw {r.get('allreduce_busbw_GBps', 0):.1f} GB/s); raw NCCL {ms('raw_allreduce_256MiB_s')} "
+               f"({r.get('raw_backend', '-')})")
+    out.append(ratio_line("256 MiB collectives / raw NCCL", r.get("allreduce_256MiB_s"),
+                          r.get("raw_allreduce_256MiB_s"), 1.05))
+    out.append(f"  - 161 ResNet-50 gradients ({r.get('resnet50_MB', 0):.0f} MB): fused {ms('fused_161_s')}; "
+               f"one collectives call {ms('one_call_flat_s')}; one raw NCCL call {ms('raw_flat_s')}")
+    out.append(ratio_line("fused 161 / one raw NCCL call", r.get("fused_161_s"), r.get("raw_flat_s"), 1.2))
+    if r.get("train_ours_s") is not None or r.get("train_skipped"):
+        out.append(f"  - ResNet-50 training step (batch {r.get('train_batch', '?')} per rank): DistributedOptimizer "
+                   f"{ms('train_ours_s')}, DDP {ms('train_ddp_s')}"
+                   + (f" ({r['train_skipped']})" if r.get("train_skipped") else ""))
+        out.append(ratio_line("DistributedOptimizer / DDP step", r.get("train_ours_s"), r.get("train_ddp_s"), 1.0))
+    out.append(f"  - 8-byte allreduce latency {r['latency_8B_s'] * 1e6:.1f} us" if r.get("latency_8B_s") else
+               "  - 8-byte latency: not measured")
+    if r.get("notes"):
+        out += [f"  - note: {n}" for n in r["notes"]]
+    return out
+
+
+def main():
+    state_dir, report = sys.argv[1], sys.argv[2]
+    os.makedirs(report, exist_ok=True)
+    values = state_values(state_dir)
+    out = ["# collectives GPU check", "", f"Started {values.get('started', '?')}, report written "
+           f"{values.get('finished', '(in progress)')}; GPUs seen by PyTorch: {values.get('gpus', '?')}.", ""]
+    for stage, title in (("setup", "Setup"), ("tests", "Tests"), ("bench", "Benchmarks")):
+        text = read(os.path.join(state_dir, f"part-{stage}.md"), "- not run on this machine")
+        out += [f"## {title}", "", text or "- (in progress)", ""]
+        if stage == "bench":
+            for n in (2, 1):
+                path = os.path.join(state_dir, f"bench-np{n}.json")
+                if os.path.exists(path):
+                    try:
+                        out += bench_lines(json.load(open(path))) + [""]
+                    except (ValueError, KeyError) as e:
+                        out += [f"- bench-np{n}.json unreadable: {e}", ""]
+            out += [f"Targets: {TARGETS}.", ""]
+    out += ["Logs: setup.log, tests.log, bench.log (failures are listed at the end of each pytest run)."]
+    with open(os.path.join(report, "gpu-check-report.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+    for name in ("setup.log", "tests.log", "bench.log", "bench-np2.json", "bench-np1.json"):
+        src = os.path.join(state_dir, name)
+        if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(report, name)):
+            shutil.copyfile(src, os.path.join(report, name))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Process lifecycle (issue 10, items 1, 4, 5, 6): clean exit with threads blocked in
+synchronize(), signal handlers and Ctrl-C while blocked, fork() after init(), whether init()
+may run again after a stop, and the bound on init() itself. Real ranks under mpirun."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpi_launch import HERE, WORKERS, assert_all_ranks_passed, mpirun_path, run_workers
+
+EXIT_BUDGET_S = 60  # item 1: as many runs as fit
+EXIT_MIN_RUNS = 20
+
+
+def test_exit_with_threads_blocked_in_synchronize_never_aborts():
+    """Daemon threads blocked in synchronize() while the interpreter exits (with and without
+    shutdown()): every run exits with status 0, never "terminate called without an active
+    exception" (it did in nearly every run of this script before the fix)."""
+    start = time.monotonic()
+    runs = 0
+    while runs < EXIT_MIN_RUNS or (time.monotonic() - start < EXIT_BUDGET_S and runs < 100):
+        how = ("shutdown", "return")[runs % 2]
+        run = run_workers(2, "lifecycle_worker.py", "exit_blocked", how, timeout=60, expect_success=False)
+        text = run.stdout + run.stderr
+        assert run.returncode == 0 and "terminate called" not in text, f"run {runs + 1} ({how}): {run.describe()}"
+        assert_all_ranks_passed(run, 2)
+        runs += 1
+    print(f"{runs} runs, all exited with status 0")
+
+
+def test_signal_handlers_run_while_blocked_and_handles_stay_valid():
+    """SIGALRM (raising or not), SIGINT and a grouped handle, each rank being the blocked one
+    once: handlers run within the deadline, the interrupted handle still returns its result."""
+    run = run_workers(2, "lifecycle_worker.py", "signals", timeout=180)
+    assert_all_ranks_passed(run, 2, min_cases=8)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_ctrl_c_at_the_launcher_ends_a_blocked_job(tmp_path):
+    """Every rank blocked forever in synchronize(); SIGINT to the launcher's process group (what
+    Ctrl-C in a terminal does): every rank raises KeyboardInterrupt and is gone within seconds.
+    (Started here rather than by run_workers: the test must signal the job while it runs; the
+    same command, environment and hard timeout.)"""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+    cmd = [mpirun_path(), "-np", "2", sys.executable, os.path.join(WORKERS, "lifecycle_worker.py"), "ctrl_c",
+           str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pid.{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.05)
+        pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
+        time.sleep(1.0)  # every rank is now blocked in synchronize()
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        while any(_alive(p) for p in pids) and time.monotonic() - sent < 10:
+            time.sleep(0.05)
+        gone_after = time.monotonic() - sent
+        still = [p for p in pids if _alive(p)]
+    finally:
+        if proc.poll() is None:
+            time.sleep(2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    assert not still, f"rank processes {still} still alive 10 s after SIGINT\n{out}"
+    for r in range(2):
+        marker = tmp_path / f"interrupted.{r}"
+        assert marker.exists(), f"rank {r} did not raise KeyboardInterrupt\n{out}"
+    assert gone_after < 5, f"ranks gone only {gone_after:.1f} s after SIGINT\n{out}"
+
+
+def test_fork_after_init():
+    """os.fork() after init(): the child's operations (and init(), and synchronize() of the
+    parent's handle) raise NotInitializedError naming the parent, the child exits normally with
+    status 0 at once, and the parent's collectives go on; three forks in a row, on every rank."""
+    run = run_workers(2, "lifecycle_worker.py", "fork", timeout=120)
+    assert_all_ranks_passed(run, 2, min_cases=9)
+
+
+def test_torch_dataloader_workers_in_an_initialized_process():
+    """DataLoader(num_workers=2) forks its workers from an initialized rank: batches arrive,
+    workers see rank() and get NotInitializedError for operations, the parent allreduces them."""
+    pytest.importorskip("torch")
+    run = run_workers(2, "lifecycle_worker.py", "dataloader", timeout=180)
+    assert_all_ranks_passed(run, 2)
+
+
+RESTART_ENV = {
+    "COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "",
+    "COLLECTIVES_INIT_TIMEOUT_SECONDS": "", "HOROVOD_INIT_TIMEOUT_SECONDS": "",
+}
+
+
+def test_stall_shutdown_is_final():
+    """After a stall shutdown, init() and operations raise ShutdownError at once on every rank,
+    before and after shutdown() (a second init() used to start a new engine)."""
+    env = dict(RESTART_ENV, COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS="2")
+    run = run_workers(2, "restart_worker.py", "stall_final", timeout=120, env=env)
+    assert_all_ranks_passed(run, 2, min_cases=6)
+
+
+def test_a_peers_exit_is_final():
+    """Rank 1 exits: rank 0's ops and its init() after shutdown() raise ShutdownError at once,
+    naming rank 1 (init() used to block forever in MPI_Comm_dup)."""
+    run = run_workers(2, "restart_worker.py", "peer_exit", timeout=120, env=RESTART_ENV)
+    assert_all_ranks_passed(run, 2)
+    assert re.search(r"ShutdownError after 0\.\d+ s: .*rank 1 exited", run.stderr), run.describe()
+
+
+def test_init_waiting_for_a_rank_times_out(tmp_path):
+    """Rank 1 shut down and never calls init() again: rank 0's init() raises StallTimeoutError
+    after COLLECTIVES_INIT_TIMEOUT_SECONDS naming MPI_Comm_dup, later init() calls raise
+    ShutdownError at once, and both processes exit with status 0 (HOROVOD_ twin of the knob)."""
+    env = dict(RESTART_ENV, HOROVOD_INIT_TIMEOUT_SECONDS="2")
+    run = run_workers(2, "restart_worker.py", "peer_shutdown", tmp_path, timeout=120, env=env)
+    assert_all_ranks_passed(run, 2)
+
+
+def test_first_init_with_a_rank_absent_times_out(tmp_path):
+    """Rank 1 never calls init(): rank 0's first init() (MPI_Init_thread in the engine thread)
+    raises StallTimeoutError after 2 s, and the process still exits with status 0 although a
+    thread of it is stuck inside MPI."""
+    env = dict(RESTART_ENV, COLLECTIVES_INIT_TIMEOUT_SECONDS="2")
+    start = time.monotonic()
+    run = run_workers(2, "restart_worker.py", "absent_rank", tmp_path, timeout=120, env=env)
+    assert_all_ranks_passed(run, 2)
+    assert time.monotonic() - start < 60, run.describe()
+
+
+def test_a_rank_arriving_after_the_init_timeout_is_stopped_at_once(tmp_path):
+    """Rank 1 calls init() 5 s late, after rank 0's init() timed out (2 s): rank 0's engine,
+    left behind inside MPI, completes its setup with rank 1 and stops rank 1's engine, whose
+    operations then raise ShutdownError naming rank 0 (instead of waiting for the stall
+    shutdown); both processes exit with status 0."""
+    env = dict(RESTART_ENV, COLLECTIVES_INIT_TIMEOUT_SECONDS="2")
+    run = run_workers(2, "restart_worker.py", "late_rank", tmp_path, timeout=120, env=env)
+    assert_all_ranks_passed(run, 2)
