@@ -144,7 +144,11 @@ def assert_nothing_left(sim, job, by):
 
 def assert_reported_by_survivors(job, fault_at, mode, survivors, lost_rank):
     errors = job.stall_errors()
-    assert sorted(errors) == survivors, f"StallTimeoutError from ranks {sorted(errors)}:\n{job.describe()}"
+    # Every survivor's watchdog reports (FATAL line); its Python error line may be cut off when
+    # the launcher ends the job first, but at least one must arrive.
+    fatal = {int(r) for r in re.findall(r"\[collectives FATAL rank (\d+)\]", job.text("err"))}
+    assert sorted(fatal) == survivors, f"watchdog reports from ranks {sorted(fatal)}:\n{job.describe()}"
+    assert errors and set(errors) <= set(survivors), f"StallTimeoutError from ranks {sorted(errors)}:\n{job.describe()}"
     for r, (t, phase, message) in errors.items():
         assert phase == ("synchronize" if mode == "sync" else "step"), job.describe()
         # The limit is respected, and nothing waits much longer (the watchdog checks every second).
@@ -152,7 +156,10 @@ def assert_reported_by_survivors(job, fault_at, mode, survivors, lost_rank):
         assert message.startswith("stalled in a backend call: MPI_"), message
         assert f"has not returned after {LIMIT_S} s, waiting on ranks " in message, message
         assert f"{lost_rank} on {RANK_HOST[lost_rank]}" in message, f"rank {r} does not name rank {lost_rank}: {message}"
-        assert re.search(rf"\[collectives FATAL rank {r}\] {re.escape(message)}", job.text("err")), job.describe()
+        # The same text as the watchdog's report (compared on its head: output lines of several
+        # ranks can run together in the launcher's stream).
+        head = message[:100]
+        assert re.search(rf"\[collectives FATAL rank {r}\] {re.escape(head)}", job.text("err")), job.describe()
 
 
 @pytest.mark.parametrize("mode", ["sync", "torch"])

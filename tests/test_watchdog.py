@@ -88,7 +88,13 @@ def assert_stopped_rank_reported(run, mode):
     """Ranks 0 and 2 report the stall naming rank 1 and its host; rank 1 (stopped) says nothing."""
     assert "[rank 1 host" in run.stdout and "stopping itself" in run.stdout, run.describe()
     errors = stalled_errors(run)
-    assert sorted(errors) == [0, 2], f"StallTimeoutError from ranks {sorted(errors)}, expected [0, 2]\n{run.describe()}"
+    # Every survivor reports: its watchdog's FATAL line always (written before anything else), and
+    # the StallTimeoutError its Python thread raises unless the process is ended first (under
+    # heavy load, mpirun can kill a rank once another rank has exited 75). At least one of the two
+    # errors must reach Python.
+    fatal = {int(r) for r in re.findall(r"\[collectives FATAL rank (\d+)\]", run.stderr)}
+    assert fatal == {0, 2}, f"watchdog reports from ranks {sorted(fatal)}, expected [0, 2]\n{run.describe()}"
+    assert errors and set(errors) <= {0, 2}, f"StallTimeoutError from ranks {sorted(errors)}\n{run.describe()}"
     for r, (phase, message) in errors.items():
         assert phase == ("synchronize" if mode == "sync" else "step"), run.describe()
         m = re.match(r"stalled in a backend call: (MPI_\w+.*?) has not returned after 3 s, waiting on (ranks? .*?)\. ",
@@ -98,7 +104,8 @@ def assert_stopped_rank_reported(run, mode):
         assert peers == f"ranks {', '.join(str(q) for q in (0, 1, 2) if q != r)} on {HOST}", (r, peers)
         assert f"exits with status {WATCHDOG_EXIT}" in message and "COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS" in message
         report = re.search(rf"\[collectives FATAL rank {r}\] (stalled in a backend call: .*)", run.stderr)
-        assert report and report.group(1) == message, f"rank {r}'s report is not its error:\n{run.describe()}"
+        # Compared on the head: output lines of several ranks can run together in mpirun's stream.
+        assert report and report.group(1)[:100] == message[:100], f"rank {r}'s report is not its error:\n{run.describe()}"
 
 
 @pytest.mark.parametrize("mode", ["sync", "torch"])
