@@ -229,15 +229,23 @@ def local_cases(r, n, chk):
     # --- duplicate names in flight
     def duplicate_allreduce():
         x = np.full(4, r + 1, f32)
-        first = hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
-        try:
-            hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
-        except hvd.DuplicateNameError as e:
-            assert isinstance(e, ValueError), type(e).__mro__
-            assert isinstance(e, hvd.InvalidArgumentError)
-            assert "dup.x" in str(e), str(e)
+        # Only rank 0 can be sure its first request is still in flight when it submits the name
+        # again: the other ranks submit theirs after a gate that rank 0 opens afterwards (a rank
+        # whose peers had all submitted could see the first complete in between).
+        if r == 0:
+            first = hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
+            try:
+                hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
+            except hvd.DuplicateNameError as e:
+                assert isinstance(e, ValueError), type(e).__mro__
+                assert isinstance(e, hvd.InvalidArgumentError)
+                assert "dup.x" in str(e), str(e)
+            else:
+                raise AssertionError("second allreduce_async with a name in flight did not raise DuplicateNameError")
+            hvd.broadcast_object("open", root_rank=0, name="dup.gate")
         else:
-            raise AssertionError("second allreduce_async with a name in flight did not raise DuplicateNameError")
+            assert hvd.broadcast_object(None, root_rank=0, name="dup.gate") == "open"
+            first = hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
         out = wait(first, 30, "first dup.x")
         np.testing.assert_array_equal(out, np.full(4, n * (n + 1) / 2, f32))
         # Once synchronized, the name can be used again (several times).
