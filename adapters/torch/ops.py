@@ -106,7 +106,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     split_list = _split_list(tensor, splits, process_set)
     h = _ops.alltoall_async(to_numpy(tensor, "alltoall"), split_list, name, process_set)
     if split_list is None:  # the engine raises (dim0 not divisible); keep a uniform result anyway
-        return TorchHandle(h, lambda out: (from_numpy(out), None), tensor)
+        return TorchHandle(h, lambda res: (from_numpy(res[0]), None), tensor)
     return TorchHandle(h, lambda res: (from_numpy(res[0]), from_numpy(np.asarray(res[1], dtype=np.int32))), tensor)
 
 
