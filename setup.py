@@ -110,6 +110,7 @@ class BuildEngine(build_ext):
 
 SOURCES = [
     "adasum.cc",
+    "autotune.cc",
     "bindings.cc",
     "buffer_pool.cc",
     "buffer_math.cc",
@@ -117,10 +118,12 @@ SOURCES = [
     "device_execution.cc",
     "dlpack_export.cc",
     "engine.cc",
+    "engine_autotune.cc",
     "engine_stop.cc",
     "engine_watchdog.cc",
     "execution.cc",
     "fused_negotiation.cc",
+    "shm_allreduce.cc",
     "gpu_kernels.cc",
     "gpu_loader.cc",
     "gpu_runtime.cc",
@@ -130,6 +133,7 @@ SOURCES = [
     "log.cc",
     "message.cc",
     "mpi_backend.cc",
+    "mpi_wait.cc",
     "nccl_backend.cc",
     "nccl_completion.cc",
     "negotiation.cc",

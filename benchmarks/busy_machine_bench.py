@@ -14,7 +14,9 @@ none = no communication, which shows how much the compute alone slows down). Eve
 quiet and a busy phase, in an order that alternates between rounds; within a phase each mode
 runs --steps steps behind a barrier, in an order that rotates. A step's time is the slowest
 rank's time for the block / --steps. Reported: the median step time per mode and phase over
-rounds, and the slowdown = the median over rounds of the same round's busy / quiet ratio.
+rounds, the slowdown = the median over rounds of the same round's busy / quiet ratio, and the CPU
+time per step of the threads other than the training thread (time.process_time - thread_time:
+the engine's, MPI's or gloo's threads), which shows how much a mode's waiting costs the machine.
 Target (issue 14, item 5): the DistributedOptimizer's slowdown no worse than DDP's.
 """
 import argparse
@@ -81,19 +83,24 @@ def parse_args():
 
 
 def time_block(step, count, tag):
-    """Seconds per step of ``count`` steps, the slowest rank's (gathered after the timed block)."""
+    """Seconds per step of ``count`` steps, the slowest rank's (gathered after the timed block), and
+    the CPU seconds per step the process spent outside the training thread (the engine's or gloo's
+    threads: waiting that polls shows here), the largest over ranks."""
     hvd.barrier()
-    t0 = time.perf_counter()
+    t0, cpu0, own0 = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(count):
         step()
     seconds = time.perf_counter() - t0
-    return max(hvd.allgather_object(seconds, name=tag)) / count
+    others = (time.process_time() - cpu0) - (time.thread_time() - own0)
+    gathered = hvd.allgather_object((seconds, others), name=tag)
+    return max(s for s, _ in gathered) / count, max(o for _, o in gathered) / count
 
 
 def run_rounds(args, steps, spinner):
     """{phase: {mode: [seconds per step, one per round]}}, and the spinner's share of a core while busy."""
     modes = list(steps)
     times = {phase: {mode: [] for mode in modes} for phase in ("quiet", "busy")}
+    other_cpu = {phase: {mode: [] for mode in modes} for phase in ("quiet", "busy")}
     busy_wall, busy_cpu = 0.0, 0.0
     for r in range(args.rounds):
         for phase in (("quiet", "busy") if r % 2 == 0 else ("busy", "quiet")):
@@ -102,31 +109,38 @@ def run_rounds(args, steps, spinner):
                 spinner.busy() if phase == "busy" else spinner.quiet()
             for k in range(len(modes)):
                 mode = modes[(r + k) % len(modes)]
-                times[phase][mode].append(time_block(steps[mode], args.steps, f"busy.{phase}.{mode}.{r}"))
+                seconds, others = time_block(steps[mode], args.steps, f"busy.{phase}.{mode}.{r}")
+                times[phase][mode].append(seconds)
+                other_cpu[phase][mode].append(others)
             if spinner is not None and phase == "busy":
                 spinner.quiet()
                 busy_wall += time.perf_counter() - wall0
                 busy_cpu += spinner.cpu_seconds() - cpu0
-    return times, (busy_cpu / busy_wall if busy_wall else None)
+    return times, other_cpu, (busy_cpu / busy_wall if busy_wall else None)
 
 
-def report(args, times, share, loads):
+def report(args, times, other_cpu, share, loads):
     modes = list(times["quiet"])
     print(f"\n{MODEL_LABELS[args.model]}, batch {args.batch_size}/rank, {hvd.size()} ranks x 1 torch thread; "
           f"{args.rounds} rounds x {args.steps} steps per mode and phase")
     if share is not None:
         print(f"the spinner had {share:.0%} of a core while busy (its CPU time / the busy phases' wall time)")
-    head = f"{'mode':<34} {'quiet ms/step':>13} {'busy ms/step':>13} {'slowdown':>9} {'(min-max)':>13}"
+    head = (f"{'mode':<34} {'quiet ms/step':>13} {'busy ms/step':>13} {'slowdown':>9} {'(min-max)':>13} "
+            f"{'other threads CPU ms/step quiet, busy':>38}")
     print(head + "\n" + "-" * len(head))
     rows = {}
     for mode in modes:
         quiet, busy = times["quiet"][mode], times["busy"][mode]
         ratios = [b / q for b, q in zip(busy, quiet)]
         rows[mode] = {"quiet_ms": statistics.median(quiet) * 1e3, "busy_ms": statistics.median(busy) * 1e3,
-                      "slowdown": statistics.median(ratios)}
+                      "slowdown": statistics.median(ratios),
+                      "other_cpu_quiet_ms": statistics.median(other_cpu["quiet"][mode]) * 1e3,
+                      "other_cpu_busy_ms": statistics.median(other_cpu["busy"][mode]) * 1e3}
+        cpu = f"{rows[mode]['other_cpu_quiet_ms']:.1f}, {rows[mode]['other_cpu_busy_ms']:.1f}"
         print(f"{MODE_LABELS[mode]:<34} {rows[mode]['quiet_ms']:>13.2f} {rows[mode]['busy_ms']:>13.2f} "
-              f"{rows[mode]['slowdown']:>8.2f}x {f'({min(ratios):.2f}-{max(ratios):.2f})':>13}")
-    print("medians over rounds; slowdown = median of same-round busy/quiet ratios")
+              f"{rows[mode]['slowdown']:>8.2f}x {f'({min(ratios):.2f}-{max(ratios):.2f})':>13} {cpu:>38}")
+    print("medians over rounds; slowdown = median of same-round busy/quiet ratios; other threads CPU = CPU time "
+          "per step of the threads other than the training thread (engine, MPI, gloo), the largest rank's")
     print(f"load at start: {describe_load(loads[0])}\nload at end:   {describe_load(loads[1])}")
     if "collectives" in rows and "ddp" in rows:
         ok = rows["collectives"]["slowdown"] <= rows["ddp"]["slowdown"]
@@ -151,16 +165,17 @@ def main():
             steps[mode]()
     spinner = Spinner() if rank0 else None
     try:
-        times, share = run_rounds(args, steps, spinner)
+        times, other_cpu, share = run_rounds(args, steps, spinner)
     finally:
         if spinner is not None:
             spinner.stop()
     loads_end = load_average()
     if rank0:
-        rows = report(args, times, share, (loads_start, loads_end))
+        rows = report(args, times, other_cpu, share, (loads_start, loads_end))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"args": vars(args), "ranks": hvd.size(), "seconds_per_step": times, "summary": rows,
+                json.dump({"args": vars(args), "ranks": hvd.size(), "seconds_per_step": times,
+                           "other_threads_cpu_seconds_per_step": other_cpu, "summary": rows,
                            "spinner_core_share": share, "load_start": loads_start, "load_end": loads_end}, f, indent=1)
     import torch.distributed as dist
 

@@ -6,20 +6,24 @@ without it, measured in one run.
 For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alternates
 ``--repeats`` times between two fits from the same initial weights on the same data:
   plain        model.fit with the bare Keras optimizer (no communication at all)
-  distributed  model.fit with DistributedOptimizer (one py_function hop and one grouped
-               allreduce of all gradients per step)
+  distributed  model.fit with DistributedOptimizer (one py_function hop per step, in which the
+               gradients are packed into one flat buffer and reduced in place by one request)
 A step's time is the interval between consecutive ``on_train_batch_end`` calls; the first
 --warmup steps of each fit (tracing) are dropped. Reported: the median step time of each
-variant (median over ranks of each rank's median), the difference, and the ratio. TensorFlow
-gets cores / local ranks threads per rank, as in the examples. Absolute times on a shared
-machine mean little: compare the columns of one run.
+variant (median over ranks of each rank's median), the difference, and the ratio; and the
+process CPU time per step that the distributed fit adds (``cpu+``: all threads, the engine's
+included), which waiting for a descheduled peer inflates much less than the wall time.
+TensorFlow gets cores / local ranks threads per rank, as in the examples. Absolute times on a
+shared machine mean little: compare the columns of one run.
 
 Between the fits, the same gradient bytes are also reduced outside Keras (each repetition,
 so they see the same machine): ``raw``, one mpi4py Allreduce(IN_PLACE) of one flat float32
-buffer of all parameters (the floor), and ``grouped``, collectives.grouped_allreduce_ of numpy
-arrays of the model's weight shapes (the engine without TensorFlow). Each: the median over
-repetitions, behind a barrier, of the slowest rank. Issue 14's target is overhead <= raw + 0.3 ms;
-overhead - grouped is what the Keras side (the py_function hop, tensor conversion) adds.
+buffer of all parameters (the floor); ``flat``, collectives.allreduce_ of the same buffer (what
+DistributedOptimizer submits: the engine without TensorFlow); ``grouped``,
+collectives.grouped_allreduce_ of numpy arrays of the model's weight shapes (one request per
+gradient, what it submitted before). Each: the median over repetitions, behind a barrier, of the
+slowest rank. Issue 14's target is overhead <= raw + 0.3 ms; overhead - flat is what the Keras
+side (the py_function hop, packing, tensor conversion) and the ranks' waiting for each other add.
 """
 import argparse
 import os
@@ -40,9 +44,11 @@ class StepTimer(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.ends = []
+        self.cpu = []
 
     def on_train_batch_end(self, batch, logs=None):
         self.ends.append(time.perf_counter())
+        self.cpu.append(time.process_time())
 
 
 def make_model(width, seed):
@@ -61,12 +67,14 @@ def fit_step_times(width, distributed, x, y, args):
     hvd.barrier()
     model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
     periods = np.diff(timer.ends)[args.warmup:]
-    return float(np.median(periods))
+    cpu = np.diff(timer.cpu)[args.warmup:]
+    return float(np.median(periods)), float(np.median(cpu))
 
 
 def allreduce_times(model, reps=30):
-    """(raw, grouped) seconds: the slowest rank's median time to reduce the model's gradient bytes
-    with one raw in-place mpi4py Allreduce, and with collectives.grouped_allreduce_ (Average)."""
+    """(raw, flat, grouped) seconds: the slowest rank's median time to reduce the model's gradient
+    bytes with one raw in-place mpi4py Allreduce, with collectives.allreduce_ of one flat buffer,
+    and with collectives.grouped_allreduce_ of one array per weight (all Average)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -87,8 +95,9 @@ def allreduce_times(model, reps=30):
         return float(np.median(times))
 
     raw = timed(lambda: comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM))
+    packed = timed(lambda: collectives.allreduce_(flat, op=collectives.Average, name=name + ".flat"))
     grouped = timed(lambda: collectives.grouped_allreduce_(arrays, op=collectives.Average, name=name))
-    return raw, grouped
+    return raw, packed, grouped
 
 
 def main():
@@ -100,6 +109,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     hvd.init()
     threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -113,7 +123,8 @@ def main():
         print(f"# {hvd.size()} ranks, {threads} TF threads per rank, batch {args.batch_size} per rank, "
               f"{args.steps} steps per fit ({args.warmup} dropped), {args.repeats} alternating repeats")
         print(f"{'model':>22} {'params':>9} {'plain ms/step':>14} {'distributed ms/step':>20} "
-              f"{'overhead ms':>12} {'ratio':>6} {'raw ms':>7} {'grouped ms':>10} {'overhead-raw':>12}")
+              f"{'overhead ms':>12} {'ratio':>6} {'cpu+ ms':>8} {'raw ms':>7} {'flat ms':>8} {'grouped ms':>10} "
+              f"{'overhead-raw':>12}")
     for width in args.widths:
         times = {False: [], True: []}
         reduce_times = []
@@ -122,21 +133,22 @@ def main():
                 times[distributed].append(fit_step_times(width, distributed, x, y, args))
             reduce_times.append(allreduce_times(make_model(width, 0)))
         # This rank's median over repeats, then the median over ranks.
-        mine = {d: statistics.median(v) for d, v in times.items()}
+        mine = {d: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for d, v in times.items()}
         everyone = hvd.allgather_object(mine)
-        plain = statistics.median(m[False] for m in everyone) * 1e3
-        dist = statistics.median(m[True] for m in everyone) * 1e3
+        plain = statistics.median(m[False][0] for m in everyone) * 1e3
+        dist = statistics.median(m[True][0] for m in everyone) * 1e3
+        cpu_added = statistics.median(m[True][1] - m[False][1] for m in everyone) * 1e3
         params = make_model(width, 0).count_params()
-        raw = statistics.median(r for r, _ in reduce_times) * 1e3  # already the slowest rank's
-        grouped = statistics.median(g for _, g in reduce_times) * 1e3
+        raw, packed, grouped = (statistics.median(r[i] for r in reduce_times) * 1e3 for i in range(3))
         if hvd.rank() == 0:
             print(f"{'MLP 784-%d-%d-10' % (width, width):>22} {params:>9} {plain:>14.2f} {dist:>20.2f} "
-                  f"{dist - plain:>12.2f} {dist / plain:>6.2f} {raw:>7.2f} {grouped:>10.2f} "
-                  f"{dist - plain - raw:>12.2f}", flush=True)
+                  f"{dist - plain:>12.2f} {dist / plain:>6.2f} {cpu_added:>8.2f} {raw:>7.2f} {packed:>8.2f} "
+                  f"{grouped:>10.2f} {dist - plain - raw:>12.2f}", flush=True)
     if hvd.rank() == 0:
-        print(f"# raw: one mpi4py Allreduce(IN_PLACE) of all gradient bytes; grouped: collectives.grouped_allreduce_ "
-              f"of numpy arrays; medians of {args.repeats} repeats; target overhead-raw <= 0.3 ms; "
-              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"# raw: one mpi4py Allreduce(IN_PLACE) of all gradient bytes; flat: collectives.allreduce_ of them; "
+              f"grouped: collectives.grouped_allreduce_ of one array per weight; cpu+: process CPU per step added; "
+              f"medians of {args.repeats} repeats; target overhead-raw <= 0.3 ms; load average {load_before:.2f} "
+              f"before, {os.getloadavg()[0]:.2f} after")
     hvd.shutdown()
 
 

@@ -33,6 +33,13 @@ def _non_negative_float(text):
     return value
 
 
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def _threads(text):
     value = text.strip().lower()
     if value == "auto":
@@ -113,6 +120,29 @@ KNOBS = {
                                    "Allgather host tensors by gathering within each host, exchanging the hosts' "
                                    "blocks among their first ranks, and broadcasting within the host: 1, true, yes, "
                                    "on or 0, false, no, off."),
+    # Horovod's HOROVOD_AUTOTUNE*; csrc/autotune.h describes the search and the samples.
+    "autotune": Knob("AUTOTUNE", _parse_bool, False,
+                     "Tune the fusion threshold, the cycle time and (on several hosts with equal ranks per host) "
+                     "hierarchical allreduce/allgather during the first steps, then keep the best; knobs set "
+                     "explicitly stay fixed: 1, true, yes, on or 0, false, no, off."),
+    "autotune_log": Knob("AUTOTUNE_LOG", str, "",
+                         "CSV of every autotune sample (Horovod's columns) and, last, the best; written by rank 0."),
+    "autotune_warmup_samples": Knob("AUTOTUNE_WARMUP_SAMPLES", _non_negative_int, 3,
+                                    "Autotune samples discarded at the start (warm-up)."),
+    "autotune_steps_per_sample": Knob("AUTOTUNE_STEPS_PER_SAMPLE", _positive_int, 10,
+                                      "Steps (executions of a tensor name) per autotune score; a sample is the "
+                                      "median of 5 scores."),
+    "autotune_bayes_opt_max_samples": Knob("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", _positive_int, 20,
+                                           "Most scored autotune samples; the best so far is kept after them."),
+    # Accepted for Horovod's job scripts; our search has no Gaussian process (csrc/autotune.h).
+    "autotune_gaussian_process_noise": Knob("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", _non_negative_float, 0.8,
+                                            "Accepted and ignored: the search is coordinate descent, not "
+                                            "Bayesian optimisation."),
+    # Ours (csrc/shm_allreduce.h); the HOROVOD_ twin is read too but Horovod has no such knob.
+    "shm_allreduce": Knob("SHM_ALLREDUCE", _parse_bool, True,
+                          "When every rank runs on one host, allreduce host tensors of 8 to 512 KiB through "
+                          "a segment of shared memory (copy in, each rank reduces its share, copy out) "
+                          "instead of MPI: 1, true, yes, on or 0, false, no, off."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
 
@@ -139,9 +169,24 @@ def load(environ=None):
     return values
 
 
-def engine_config(values):
-    """The subset the C++ engine takes."""
+# What the autotuner may change; one of these set explicitly in the environment stays fixed.
+AUTOTUNED = ("fusion_threshold", "cycle_time_ms", "hierarchical_allreduce", "hierarchical_allgather")
+
+
+def is_set(key, environ=None):
+    """Whether the user gave this knob (ours or Horovod's variable, non-empty)."""
+    environ = os.environ if environ is None else environ
+    knob = KNOBS[key]
+    return any(environ.get(var) not in (None, "") for var in (knob.env, knob.horovod_env))
+
+
+def engine_config(values, environ=None):
+    """The subset the C++ engine takes (``environ``: where ``values`` were read, for the knobs
+    autotuning must leave alone)."""
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
             "stall_check_s", "stall_shutdown_s", "init_timeout_s", "buffer_pool_bytes", "hierarchical_allreduce",
-            "hierarchical_allgather")
-    return {k: values[k] for k in keys}
+            "hierarchical_allgather", "shm_allreduce", "autotune", "autotune_log", "autotune_warmup_samples",
+            "autotune_steps_per_sample", "autotune_bayes_opt_max_samples")
+    result = {k: values[k] for k in keys}
+    result["autotune_fixed"] = [k for k in AUTOTUNED if is_set(k, environ)]
+    return result

@@ -34,6 +34,21 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("buffer_pool_bytes")) c.buffer_pool_bytes = d["buffer_pool_bytes"].cast<int64_t>();
   if (d.contains("hierarchical_allreduce")) c.hierarchical_allreduce = d["hierarchical_allreduce"].cast<bool>();
   if (d.contains("hierarchical_allgather")) c.hierarchical_allgather = d["hierarchical_allgather"].cast<bool>();
+  if (d.contains("shm_allreduce")) c.shm_allreduce = d["shm_allreduce"].cast<bool>();
+  if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();
+  if (d.contains("autotune_log")) c.autotune.log_path = d["autotune_log"].cast<std::string>();
+  if (d.contains("autotune_warmup_samples")) c.autotune.warmup_samples = d["autotune_warmup_samples"].cast<int>();
+  if (d.contains("autotune_steps_per_sample")) c.autotune.steps_per_sample = d["autotune_steps_per_sample"].cast<int>();
+  if (d.contains("autotune_bayes_opt_max_samples"))
+    c.autotune.max_samples = d["autotune_bayes_opt_max_samples"].cast<int>();
+  if (d.contains("autotune_fixed")) {  // knobs the user set: not tuned (collectives/config.py)
+    for (const auto& key : d["autotune_fixed"].cast<std::vector<std::string>>()) {
+      c.autotune.fusion_threshold_fixed |= key == "fusion_threshold";
+      c.autotune.cycle_time_fixed |= key == "cycle_time_ms";
+      c.autotune.hierarchical_allreduce_fixed |= key == "hierarchical_allreduce";
+      c.autotune.hierarchical_allgather_fixed |= key == "hierarchical_allgather";
+    }
+  }
   if (d.contains("cuda_driver_library")) c.cuda_driver_library = d["cuda_driver_library"].cast<std::string>();
   if (d.contains("nccl_library")) c.nccl_library = d["nccl_library"].cast<std::string>();
   if (d.contains("nccl_problem")) c.nccl_problem = d["nccl_problem"].cast<std::string>();
@@ -249,6 +264,20 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("homogeneous", &Engine::homogeneous)
       .def_property_readonly("mpi_thread_level", &Engine::mpi_thread_level)
       .def("set_hierarchical", &Engine::SetHierarchical)  // benchmarks: see engine.h
+      .def("autotune_state",  // collectives/autotune.py
+           [](Engine& e) {
+             const AutotuneState s = e.autotune_state();
+             py::dict d;
+             d["enabled"] = s.enabled;
+             d["tuning"] = s.tuning;
+             d["fusion_threshold"] = s.params.fusion_threshold;
+             d["cycle_time_ms"] = s.params.cycle_time_ms;
+             d["hierarchical_allreduce"] = s.params.hierarchical_allreduce;
+             d["hierarchical_allgather"] = s.params.hierarchical_allgather;
+             d["samples"] = s.samples;
+             d["best_score"] = s.best_score;
+             return d;
+           })
       .def_property_readonly("gpu_device", &Engine::gpu_device)
       .def("enqueue",
            [](Engine& e, const py::list& specs) {

@@ -11,6 +11,7 @@
 
 #include "gpu_loader.h"
 #include "log.h"
+#include "mpi_wait.h"
 #include "spin.h"
 #include "validation.h"
 
@@ -154,10 +155,16 @@ Status Engine::Setup(MPI_Comm comm) {
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
   spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
+  SetMpiWaitSpin(spin_);
   setup_step_ = "the engine's setup after MPI_Comm_dup";
   Status st = backend_.Init();
   if (!st.ok()) return st;
   st = hierarchy_.Init(comm_, local_comm_, cross_comm_, config_.hierarchical_allreduce, config_.hierarchical_allgather);
+  if (!st.ok()) return st;
+  setup_step_ = "the shared-memory allreduce's segment (needs every rank)";
+  st = shm_.Init(comm_, local_size_, config_.shm_allreduce, spin_);
+  if (!st.ok()) return st;
+  st = StartAutotune();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
@@ -249,6 +256,7 @@ void Engine::Teardown() {
   MPI_Comm_free(&comm_);
   fusion_.reset();
   hierarchy_.Release();
+  shm_.Release();
   pending_.clear();
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.

@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autotune.h"
 #include "buffer_pool.h"
 #include "coordinator.h"
 #include "gpu_runtime.h"
@@ -35,6 +36,7 @@
 #include "process_id.h"
 #include "process_set.h"
 #include "response_cache.h"
+#include "shm_allreduce.h"
 #include "status.h"
 #include "timeline.h"
 #include "watchdog.h"
@@ -53,6 +55,8 @@ struct EngineConfig {
   int64_t buffer_pool_bytes = 32LL * 1024 * 1024;  // idle host buffers kept for reuse (buffer_pool.h)
   bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
   bool hierarchical_allgather = false;
+  bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
+  AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nccl_library;  // empty: not found, and nccl_problem says why
@@ -121,6 +125,8 @@ class Engine {
     hierarchy_.allreduce_enabled = allreduce;
     hierarchy_.allgather_enabled = allgather;
   }
+  // The autotuner's parameters in force and whether it is still tuning (any thread).
+  AutotuneState autotune_state() const { return autotune_.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
 
@@ -176,6 +182,12 @@ class Engine {
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
   void FailAll(const Status& status);
+
+  // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
+  // engine must stop (the broadcast failed).
+  Status StartAutotune();
+  void AutotuneCount(const Response& r);
+  bool AutotuneAfterCycle(const std::vector<Response>& responses, Clock::time_point start);
 
   // engine_watchdog.cc: a backend call that never returns ends the process (watchdog.h).
   Status StartWatchdog();
@@ -241,6 +253,8 @@ class Engine {
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
   MpiBackend backend_;
   Hierarchy hierarchy_;  // the hierarchical algorithms and whether each call uses them
+  ShmAllreduce shm_;     // allreduces through shared memory when the job is on one host
+  Autotuner autotune_;   // engine thread, but for state()
   std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;

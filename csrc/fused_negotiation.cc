@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "mpi_wait.h"
+
 namespace collectives {
 namespace {
 
@@ -110,7 +112,7 @@ int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, co
   b[1] = descriptor;
   std::memcpy(b + kHeaderWords, bits, static_cast<size_t>(bit_words_) * 8);
   if (descriptor != 0) std::memcpy(result(), payload, static_cast<size_t>(payload_bytes));
-  const int rc = MPI_Allreduce(MPI_IN_PLACE, b, 1, type_, op_, comm);
+  const int rc = AllreduceWaiting(MPI_IN_PLACE, b, 1, type_, op_, comm);  // mpi_wait.h: no busy wait
   std::memcpy(bits, b + kHeaderWords, static_cast<size_t>(bit_words_) * 8);
   *agreed = b[1];
   return rc;

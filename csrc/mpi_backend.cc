@@ -142,6 +142,16 @@ Status MpiBackend::Allreduce(MPI_Comm comm, const void* send, void* recv, int64_
   return Status::Ok();
 }
 
+Status MpiBackend::ReduceLocal(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) const {
+  if (count == 0) return Status::Ok();
+#if COLLECTIVES_LARGE_COUNT
+  return Check(MPI_Reduce_local_c(in, inout, count, MpiType(dtype), MpiOp(dtype, op)), "MPI_Reduce_local");
+#else
+  return Check(MPI_Reduce_local(in, inout, static_cast<int>(count), MpiType(dtype), MpiOp(dtype, op)),
+               "MPI_Reduce_local");
+#endif
+}
+
 Status MpiBackend::StartAllreduce(MPI_Comm comm, void* buf, int count, DataType dtype, ReduceOp op,
                                   MPI_Request* request) {
   return Check(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MpiType(dtype), MpiOp(dtype, op), comm, request),

@@ -26,6 +26,9 @@ class MpiBackend {
   Status Allreduce(MPI_Comm comm, const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
   // Starts a nonblocking allreduce of `buf` in place (at most INT_MAX elements); MPI_Wait ends it.
   Status StartAllreduce(MPI_Comm comm, void* buf, int count, DataType dtype, ReduceOp op, MPI_Request* request);
+  // inout[i] = in[i] op inout[i] in this process (MPI_Reduce_local): the reductions of the
+  // shared-memory allreduce, with the same operations (16-bit floats included) as Allreduce.
+  Status ReduceLocal(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) const;
   // ReduceScatter with equal shares: every rank receives `count` elements (at most INT_MAX).
   Status ReduceScatterBlock(MPI_Comm comm, const void* send, void* recv, int count, DataType dtype, ReduceOp op);
   Status Broadcast(MPI_Comm comm, void* buf, int64_t bytes, int root);

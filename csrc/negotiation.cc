@@ -12,6 +12,7 @@
 #include "buffer_math.h"
 #include "engine.h"
 #include "log.h"
+#include "mpi_wait.h"
 
 namespace collectives {
 namespace {
@@ -233,6 +234,7 @@ bool Engine::RunCycle(bool* active) {
       fused_bit = b;
       FinishFused(carried, b);
       ++fused_done_;
+      if (autotune_.tuning()) AutotuneCount(cache_->Get(b));
     } else {
       ++fused_discarded_;
     }
@@ -273,6 +275,7 @@ bool Engine::RunCycle(bool* active) {
   }
 
   ExecuteAll(responses, cache_bits);
+  if (autotune_.tuning() && !AutotuneAfterCycle(responses, now)) return false;
   ++cycle_;
   // While some rank has joined, requests waiting on the cache go to the coordinator instead
   // (from the next cycle on, the same decision on every rank).
@@ -321,7 +324,7 @@ Engine::Pending* Engine::FusedCandidate() {
 
 int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bool* agreed) {
   if (!fused_.initialized())
-    return MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_UINT64_T, MPI_BAND, comm_);
+    return AllreduceWaiting(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_UINT64_T, MPI_BAND, comm_);
   Pending* p = FusedCandidate();
   uint64_t descriptor = 0;
   const void* payload = nullptr;

@@ -67,3 +67,13 @@ def assert_all_ranks_passed(run, np, min_cases=1):
     for r, passed, failed in found:
         assert int(failed) == 0, f"rank {r}: {failed} failed\n{run.describe()}"
         assert int(passed) >= min_cases, f"rank {r} ran only {passed} cases\n{run.describe()}"
+
+
+def assert_same_digests(run, reference, what, minimum=100):
+    """Workers print "digest LABEL SHA1" per result (tests/workers/hierarchical_worker.py): both
+    runs must have digested the same cases, at least ``minimum``, with equal results."""
+    ours, theirs = (dict(re.findall(r"digest (.+?) ([0-9a-f]{40})", r.stdout)) for r in (run, reference))
+    assert len(ours) >= minimum, run.describe()
+    assert ours.keys() == theirs.keys(), sorted(set(ours) ^ set(theirs))[:5]
+    differ = [label for label in ours if ours[label] != theirs[label]]
+    assert not differ, f"{what}: {differ[:5]}"

@@ -25,6 +25,13 @@ SAMPLES = {
     "buffer_pool_bytes": ("BUFFER_POOL_BYTES", "8388608", 8388608, "0", 0),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", "1", True, "off", False),
     "hierarchical_allgather": ("HIERARCHICAL_ALLGATHER", "yes", True, "0", False),
+    "shm_allreduce": ("SHM_ALLREDUCE", "0", False, "on", True),
+    "autotune": ("AUTOTUNE", "1", True, "off", False),
+    "autotune_log": ("AUTOTUNE_LOG", "/tmp/horovod.csv", "/tmp/horovod.csv", "/tmp/ours.csv", "/tmp/ours.csv"),
+    "autotune_warmup_samples": ("AUTOTUNE_WARMUP_SAMPLES", "5", 5, "0", 0),
+    "autotune_steps_per_sample": ("AUTOTUNE_STEPS_PER_SAMPLE", "20", 20, "2", 2),
+    "autotune_bayes_opt_max_samples": ("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "30", 30, "8", 8),
+    "autotune_gaussian_process_noise": ("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.2", 0.2, "0.9", 0.9),
 }
 
 

@@ -2,9 +2,11 @@
 and the Keras DistributedOptimizer.
 
 The whole list crosses to the engine in ONE hop (one ``tf.py_function`` inside a
-``tf.function``): dense gradients as grouped allreduces (one group, or the ``groups`` the
-user asked for), so the engine negotiates them together and fuses them; ``tf.IndexedSlices``
-as allgathers of their values and indices, as Horovod does (unless ``sparse_as_dense``).
+``tf.function``): each group of dense gradients (one group, or the ``groups`` the user asked
+for) packed into one flat buffer per dtype and reduced in place as one request
+(gradient_buckets.py), whose views come back to TensorFlow without copies;
+``tf.IndexedSlices`` as allgathers of their values and indices, as Horovod does (unless
+``sparse_as_dense``).
 ``None`` gradients stay ``None`` (every rank must agree on which are ``None``, as in Horovod).
 With ``op=Adasum`` (DistributedGradientTape, as Horovod's tape) the gradients themselves are
 combined with Adasum, each tensor on its own (csrc/adasum.h); sparse gradients are refused.
@@ -18,13 +20,20 @@ behind a Keras variable.
 import tensorflow as tf
 
 from collectives import ops as core
-from collectives.constants import Adasum, Average, Sum
+from collectives.constants import Adasum, Average, OpType, Sum
 from collectives.handles import synchronize
+from collectives.shared_failure import failing_together
 
 from .compression import Compression
+from .gradient_buckets import plan_buckets
 from .hops import run_hop
 from .naming import digest
 from .process_sets import core_kwargs, included, set_size
+from .tensors import share
+
+# Engine-side plans kept per hop: one per distinct list of dtypes and shapes (a traced step
+# has one; dynamic shapes would make new ones, so older ones are dropped past this many).
+_MAX_PLANS = 8
 
 
 def _split_evenly(items, n):
@@ -47,8 +56,9 @@ class GradientReducer:
     """``reduce(grads, variables)`` returns the grads combined over the ranks with ``op``
     (Average by default), in the same order and structure.
 
-    Engine names: ``<prefix>.<digest>.g<j>.<i>`` for member i of dense group j and
-    ``<prefix>.<digest>.s<k>.values|indices`` for sparse gradient k; the digest of the
+    Engine names: ``<prefix>.<digest>.g<j>`` for dense group j's buffer (``.g<j>.<b>`` for
+    its buffer b when the group holds several dtypes; with Adasum, ``.g<j>.<i>`` for its
+    member i) and ``<prefix>.<digest>.s<k>.values|indices`` for sparse gradient k; the digest of the
     dtypes and shapes makes them stable across steps (response-cache hits) and distinct
     between different gradient lists.
     """
@@ -185,7 +195,14 @@ class GradientReducer:
         return shapes
 
     def _engine_fn(self, groups, n_sparse, op, pre, post):
-        """The numpy side of the hop: submit everything, then wait for everything."""
+        """The numpy side of the hop: submit everything, then wait for everything.
+
+        Each dense group goes to the engine as one flat buffer per dtype, reduced in place
+        (gradient_buckets.py), and its results come back as views of that buffer that
+        TensorFlow borrows; Adasum, which combines each tensor on its own, sends the group's
+        tensors as they are. The plan (names, buffer layouts) is made on the first step and
+        reused while the arrays' dtypes and shapes stay the same.
+        """
         kw = core_kwargs(self.process_set)
         n_dense = sum(len(g) for g in groups)
         bounds = []
@@ -194,20 +211,55 @@ class GradientReducer:
             bounds.append((start, start + len(g)))
             start += len(g)
         ragged = set(range(n_dense, n_dense + 2 * n_sparse))
+        packed = op != Adasum
+        plans = {}
+
+        def plan(arrays):
+            key = tuple((a.dtype, a.shape[1:] if i in ragged else a.shape) for i, a in enumerate(arrays))
+            found = plans.get(key)
+            if found is None:
+                if len(plans) >= _MAX_PLANS:  # shapes that change every step: keep only recent ones
+                    plans.clear()
+                base = f"{self.prefix}.{digest(arrays, ragged)}"
+                layouts = [plan_buckets(arrays, range(a, b)) for a, b in bounds] if packed else None
+                found = plans[key] = (base, layouts)
+            return found
+
+        def submit_group(j, a, b, arrays, base, layouts):
+            name = f"{base}.g{j}"
+            if layouts is None:
+                return core.grouped_allreduce_async(arrays[a:b], op=op, name=name, prescale_factor=pre,
+                                                    postscale_factor=post, **kw), None
+            buckets = layouts[j]
+            if len(buckets) == 1:
+                with failing_together(OpType.ALLREDUCE, [name], kw["process_set"]):
+                    flat = buckets[0].pack(arrays)
+                return core.allreduce_async_(flat, op=op, name=name, prescale_factor=pre, postscale_factor=post,
+                                             **kw), [flat]
+            names = [f"{name}.{i}" for i in range(len(buckets))]  # the grouped request's own names
+            with failing_together(OpType.ALLREDUCE, names, kw["process_set"], name, len(buckets)):
+                flats = [bucket.pack(arrays) for bucket in buckets]
+            return core.grouped_allreduce_async_(flats, op=op, name=name, prescale_factor=pre,
+                                                 postscale_factor=post, **kw), flats
 
         def reduce_arrays(arrays):
-            base = f"{self.prefix}.{digest(arrays, ragged)}"
-            handles = [core.grouped_allreduce_async(arrays[a:b], op=op, name=f"{base}.g{j}",
-                                                           prescale_factor=pre, postscale_factor=post, **kw)
-                       for j, (a, b) in enumerate(bounds)]
+            base, layouts = plan(arrays)
+            dense = [submit_group(j, a, b, arrays, base, layouts) for j, (a, b) in enumerate(bounds)]
+            sparse = []
             for k in range(n_sparse):
                 values, indices = arrays[n_dense + 2 * k], arrays[n_dense + 2 * k + 1]
-                handles.append(core.allgather_async(values, name=f"{base}.s{k}.values", **kw))
-                handles.append(core.allgather_async(indices, name=f"{base}.s{k}.indices", **kw))
-            out = []
-            for j, h in enumerate(handles):
-                result = synchronize(h)
-                out.extend(result if j < len(bounds) else [result])
+                sparse.append(core.allgather_async(values, name=f"{base}.s{k}.values", **kw))
+                sparse.append(core.allgather_async(indices, name=f"{base}.s{k}.indices", **kw))
+            out = [None] * n_dense
+            for j, ((a, b), (handle, flats)) in enumerate(zip(bounds, dense)):
+                result = synchronize(handle)
+                if flats is None:
+                    out[a:b] = result
+                    continue
+                for bucket, flat in zip(layouts[j], flats):
+                    bucket.unpack(flat, out)
+                out[a:b] = [share(view) for view in out[a:b]]
+            out.extend(synchronize(h) for h in sparse)
             return out
 
         return reduce_arrays

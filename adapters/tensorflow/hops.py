@@ -93,7 +93,8 @@ def check_not_xla(what):
 
 
 def run_hop(fn, inputs, out_dtypes, what, out_shapes=None):
-    """Run ``fn(list of numpy arrays) -> list of numpy arrays`` over ``inputs`` (tf.Tensors).
+    """Run ``fn(list of numpy arrays) -> list of numpy arrays (or tf.Tensors)`` over ``inputs``
+    (tf.Tensors).
 
     Returns a list of tf.Tensors of ``out_dtypes``. ``out_shapes`` (TensorShapes or None)
     are set on the outputs of a traced hop, whose shapes TensorFlow cannot infer.
@@ -105,12 +106,12 @@ def run_hop(fn, inputs, out_dtypes, what, out_shapes=None):
             arrays = fn([to_numpy(t) for t in inputs])
         except CollectivesError as error:  # as Horovod's TF ops raise it (adapters/tensorflow/errors.py)
             raise as_tensorflow_error(error).with_traceback(error.__traceback__) from None
-        return [to_tensor(a) for a in arrays]
+        return [_as_output(a) for a in arrays]
     check_not_tf1_graph(what)
     check_not_xla(what)
 
     def body(*tensors):
-        return [to_tensor(a) for a in fn([to_numpy(t) for t in tensors])]
+        return [_as_output(a) for a in fn([to_numpy(t) for t in tensors])]
 
     outputs = tf.py_function(body, inputs, out_dtypes, name=_op_name(what))
     if not isinstance(outputs, (list, tuple)):
@@ -120,6 +121,12 @@ def run_hop(fn, inputs, out_dtypes, what, out_shapes=None):
         if shape is not None:
             out.set_shape(shape)
     return outputs
+
+
+def _as_output(result):
+    # ``fn`` may return tf.Tensors it made itself (gradient_reducer.py shares aligned views
+    # without to_tensor's checks); numpy arrays are converted here.
+    return result if isinstance(result, tf.Tensor) else to_tensor(result)
 
 
 def _op_name(what):

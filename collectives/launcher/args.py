@@ -5,6 +5,8 @@ Flags keep horovodrun's spellings where it has them (``-np``/``--num-proc``, ``-
 ``--cache-capacity``, ``--timeline-filename``, ``--timeline-mark-cycles``,
 ``--stall-check-warning-time-seconds``, ``--stall-check-shutdown-time-seconds``,
 ``--no-stall-check``, ``--log-level``, ``--hierarchical-allreduce``, ``--hierarchical-allgather``,
+``--autotune``, ``--autotune-log-file``, ``--autotune-warmup-samples``, ``--autotune-steps-per-sample``,
+``--autotune-bayes-opt-max-samples``, ``--autotune-gaussian-process-noise``,
 ``--mpi-args``, ``-cb``/``--check-build``, ``--verbose``),
 so existing job scripts only change the program name; shorter names of our own are accepted
 beside them. Everything from the first word that is not an option is the command to run.
@@ -69,6 +71,17 @@ def parser():
     knobs.add_argument("--hierarchical-allgather", action="store_true",
                        help="COLLECTIVES_HIERARCHICAL_ALLGATHER=1: gather within each host, across hosts, then "
                             "broadcast within the host")
+    knobs.add_argument("--autotune", action="store_true",
+                       help="COLLECTIVES_AUTOTUNE=1: tune the fusion threshold, cycle time and hierarchical "
+                            "algorithms during the first steps (knobs given explicitly stay fixed)")
+    knobs.add_argument("--autotune-log-file", metavar="FILE", help="COLLECTIVES_AUTOTUNE_LOG (CSV, rank 0)")
+    knobs.add_argument("--autotune-warmup-samples", type=int, metavar="N", help="COLLECTIVES_AUTOTUNE_WARMUP_SAMPLES")
+    knobs.add_argument("--autotune-steps-per-sample", type=int, metavar="N",
+                       help="COLLECTIVES_AUTOTUNE_STEPS_PER_SAMPLE")
+    knobs.add_argument("--autotune-bayes-opt-max-samples", type=int, metavar="N",
+                       help="COLLECTIVES_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (most scored samples)")
+    knobs.add_argument("--autotune-gaussian-process-noise", type=float, metavar="X",
+                       help="COLLECTIVES_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (accepted; unused by our search)")
 
     mpi = p.add_argument_group("MPI")
     mpi.add_argument("-x", "--env", action="append", metavar="VAR[=VALUE]",

@@ -75,9 +75,16 @@ def knob_variables(args) -> Dict[str, str]:
         wanted.append(("stall_check_disable", "1"))
     if args.log_level is not None:
         wanted.append(("log_level", args.log_level.lower()))
-    for key in ("hierarchical_allreduce", "hierarchical_allgather"):  # horovodrun's switches: on when given
+    for key in ("hierarchical_allreduce", "hierarchical_allgather", "autotune"):  # horovodrun's switches: on when given
         if getattr(args, key, False):
             wanted.append((key, "1"))
+    for key, flag in (("autotune_log", "autotune_log_file"), ("autotune_warmup_samples", "autotune_warmup_samples"),
+                      ("autotune_steps_per_sample", "autotune_steps_per_sample"),
+                      ("autotune_bayes_opt_max_samples", "autotune_bayes_opt_max_samples"),
+                      ("autotune_gaussian_process_noise", "autotune_gaussian_process_noise")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            wanted.append((key, f"{value:g}" if isinstance(value, float) else value))
     return dict(_knob_text(key, value) for key, value in wanted)
 
 

@@ -6,7 +6,8 @@ are exact in every dtype). Each case prints a digest of its result on rank 0
 ("digest LABEL HEX") so that the test can compare a hierarchical run with a flat one.
 
 Cases: every dtype x op (bool: Min, Max) with prescale/postscale, at sizes below the local
-size (the flat fallback), odd sizes (unaligned shards), and several pipeline pieces; fused
+size (the flat fallback), odd sizes (unaligned shards) below and above 8 KiB (on one host the
+larger ones take the shared-memory allreduce, csrc/shm_allreduce.h), and several pipeline pieces; fused
 groups; random float inputs against a float64 reference within tolerance; a joined rank
 contributing zeros; a process set spanning the hosts (flat: not the whole job); allgather of
 every dtype with first dimensions that differ by rank (one rank contributing none).
@@ -31,7 +32,7 @@ HALF = [np.dtype(np.float16)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 SCALES = {"Sum": (0.5, 3.0), "Average": (1.0, 2.0), "Min": (2.0, 1.0), "Max": (1.0, 2.0), "Product": (1.0, 2.0)}
 # Elements: fewer than the local ranks (flat fallback), an odd count (uneven shards), and
 # 2.5 pipeline pieces of 4 MiB for 4-byte types (csrc/hierarchical.cc: kPieceBytes).
-SMALL, ODD = 1, 1001
+SMALL, ODD, ODD_LARGE = 1, 1001, 9001
 BIG_BYTES = 10 << 20
 # The multi-piece cases (each rank computes every rank's input, so not every combination).
 BIG = {("float32", "Sum"), ("float32", "Average"), ("int32", "Min"), ("float16", "Sum"), ("bfloat16", "Average"),
@@ -101,7 +102,7 @@ def allreduce_cases():
             pre, post = (1.0, 1.0) if dt == BOOL else SCALES[opname]
             low, high = (-2, 3) if op == hvd.Product else (-8, 8)
             big = BIG_BYTES // dt.itemsize if (dt.name, opname) in BIG else 0
-            for n in (SMALL, ODD, big):
+            for n in (SMALL, ODD, ODD_LARGE, big):
                 if not n:
                     continue
                 label = f"allreduce {dt.name} {opname} n={n}"

@@ -1,0 +1,61 @@
+// The engine's side of autotuning (autotune.h): starting the tuner, reporting each cycle's
+// executed work, and applying the parameters that every rank receives at a decision point.
+#include "engine.h"
+#include "log.h"
+
+namespace collectives {
+
+Status Engine::StartAutotune() {
+  TunedParams initial;
+  initial.fusion_threshold = config_.fusion_threshold;
+  initial.cycle_time_ms = config_.cycle_time_ms;
+  initial.hierarchical_allreduce = hierarchy_.allreduce_enabled;  // as the ranks agreed on them
+  initial.hierarchical_allgather = hierarchy_.allgather_enabled;
+  AutotuneSettings settings = config_.autotune;
+  settings.cache_enabled = config_.cache_capacity > 0;
+  Status st = autotune_.Start(settings, initial, rank_, hierarchy_.allreduce_blocker().empty(),
+                              hierarchy_.allgather_blocker().empty());
+  if (!st.ok()) return st;
+  // Every rank must reach the same decision points, so the knobs that place them must agree (a
+  // variable set on some ranks only): otherwise autotuning is off everywhere, as Hierarchy::Init
+  // does for its knobs. One small allreduce at init, whether autotuning is on or not.
+  const int mine[3] = {autotune_.tuning() ? 1 : 0, settings.warmup_samples, settings.steps_per_sample};
+  int both[6] = {mine[0], mine[1], mine[2], -mine[0], -mine[1], -mine[2]}, extremes[6];
+  if (MPI_Allreduce(both, extremes, 6, MPI_INT, MPI_MAX, comm_) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "MPI_Allreduce of the autotune knobs failed");
+  if (extremes[0] != -extremes[3] || extremes[1] != -extremes[4] || extremes[2] != -extremes[5]) {
+    if (rank_ == 0)
+      Log(LogLevel::WARNING, "COLLECTIVES_AUTOTUNE and its sample knobs (or the knobs left to tune) differ between "
+                             "ranks; autotuning is off");
+    autotune_.Cancel();
+  }
+  return Status::Ok();
+}
+
+void Engine::AutotuneCount(const Response& r) {
+  if (IsDataOp(r.op) && r.error.empty()) autotune_.Count(r.name, NumElements(r.shape) * DataTypeSize(r.dtype));
+}
+
+bool Engine::AutotuneAfterCycle(const std::vector<Response>& responses, Clock::time_point start) {
+  for (const Response& r : responses) AutotuneCount(r);
+  if (!autotune_.EndCycle(start, Clock::now())) return true;
+  // A decision point, reached in this same cycle by every rank (autotune.h): rank 0's choice
+  // reaches everyone before the next cycle, so every rank fuses, paces and picks algorithms alike.
+  double packed[Autotuner::kPackedSize] = {0};
+  if (rank_ == 0) autotune_.Decide(packed);
+  if (watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
+        return MPI_Bcast(packed, Autotuner::kPackedSize, MPI_DOUBLE, 0, comm_);
+      }) != MPI_SUCCESS) {
+    Log(LogLevel::ERROR, "broadcast of the autotuned parameters failed; stopping the engine");
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure while broadcasting autotuned parameters");
+    return false;
+  }
+  const TunedParams p = autotune_.Apply(packed);
+  config_.fusion_threshold = p.fusion_threshold;
+  config_.cycle_time_ms = p.cycle_time_ms;
+  SetHierarchical(p.hierarchical_allreduce, p.hierarchical_allgather);  // no operation is in flight between cycles
+  return true;
+}
+
+}  // namespace collectives

@@ -1,0 +1,37 @@
+// Waiting for MPI without holding a core. MPICH's blocking calls poll its progress engine for
+// as long as they wait: while one rank waits for a late peer, its engine thread takes a core
+// from its own framework thread, from the other ranks and from a data loader. On a 2-core
+// machine with one extra busy process, the engine thread of the early rank used more CPU than
+// the rank's training thread (benchmarks/busy_machine_bench.py, README "A busy machine").
+//
+// The engine's long calls therefore start a nonblocking call and complete it here with
+// MPI_Test: first polling without pause for a few microseconds (a peer that is already there
+// answers within them; only where every local rank has a core), then yielding the core between
+// polls for as long as the data itself could still be moving, then sleeping between polls, the
+// sleep doubling up to a bound. When the threads ready to run already fill every core (the
+// kernel's count in /proc/loadavg), a wait skips the pure spin. MPICH has no progress thread here, so a nonblocking collective
+// moves only inside MPI calls and a sleeping rank can hold its peers back by up to one sleep per
+// protocol step; the yielding phase is sized from the message so that a transfer under way is
+// never left waiting on a sleeper, and the bound keeps the delay to a late rank's peers small.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+
+namespace collectives {
+
+// Once, at engine setup: whether waits may start with a pure spin (false when the ranks on this
+// machine outnumber its cores).
+void SetMpiWaitSpin(bool spin);
+
+// Completes `request`, which moves about `bytes` per rank. Returns MPI_Test's code.
+int WaitForRequest(MPI_Request* request, int64_t bytes);
+
+// MPI_Allreduce, completed by WaitForRequest. `send` may be MPI_IN_PLACE.
+int AllreduceWaiting(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+#if MPI_VERSION >= 4
+// The large-count form (MPI_Iallreduce_c).
+int AllreduceWaitingC(const void* send, void* recv, MPI_Count count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+#endif
+
+}  // namespace collectives
