@@ -21,8 +21,12 @@ std::atomic<bool> g_spin{true};
 
 // The yielding phase: this long for any call, plus the time the data would take at a slow
 // shared-memory copy rate (so that a large message's transfer finishes before anyone sleeps;
-// 64 MiB allreduces ran at 2.5-4 GB/s on the 2-core VM).
-constexpr auto kYieldBase = std::chrono::microseconds(100);
+// 64 MiB allreduces ran at 2.5-4 GB/s on the 2-core VM). A yielding thread leaves the core to
+// any other that can run, so the phase costs a busy machine little; it is long enough for a
+// negotiation between hosts, whose round trips outlast 100 us: with 100 us here, a 1 MiB
+// allreduce across 2 simulated hosts went from 0.99x to 1.06x raw MPI's time, the sleeps adding
+// up (benchmarks/hierarchical_bench_hosts.py).
+constexpr auto kYieldBase = std::chrono::milliseconds(2);
 constexpr double kSlowBytesPerMicrosecond = 2000.0;  // 2 GB/s
 // How often the machine's load is looked at (a read of /proc/loadavg costs microseconds).
 constexpr auto kLoadCheckInterval = std::chrono::milliseconds(20);
