@@ -119,6 +119,7 @@ SOURCES = [
     "dlpack_export.cc",
     "engine.cc",
     "engine_autotune.cc",
+    "engine_inline.cc",
     "engine_stop.cc",
     "engine_watchdog.cc",
     "execution.cc",

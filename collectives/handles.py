@@ -74,9 +74,9 @@ def synchronize(handle):
     return _check(handle).wait()
 
 
-def _enqueue(specs):
+def _enqueue(specs, caller_waits=False):
     engine = basics.engine()
-    code, message, ids = engine.enqueue(specs)
+    code, message, ids = engine.enqueue(specs, caller_waits)
     if code:
         if not engine.running:
             raise basics.stopped_error(engine, message)
@@ -95,8 +95,9 @@ def submit(specs, finish, keep_alive):
 def run_now(specs, finish, keep_alive):
     """``synchronize(submit(...))`` without the Handle object, for the synchronous verbs. When
     the wait is interrupted (a signal handler raised), the operation still runs in the engine:
-    a Handle then keeps its arrays alive, as ``submit`` would have."""
-    engine, ids = _enqueue(specs)
+    a Handle then keeps its arrays alive, as ``submit`` would have. The engine thread is not
+    woken: this thread's wait runs the cycle itself when it can (csrc/engine_inline.cc)."""
+    engine, ids = _enqueue(specs, True)
     wait = engine.wait
     outcomes = []
     try:

@@ -35,6 +35,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("hierarchical_allreduce")) c.hierarchical_allreduce = d["hierarchical_allreduce"].cast<bool>();
   if (d.contains("hierarchical_allgather")) c.hierarchical_allgather = d["hierarchical_allgather"].cast<bool>();
   if (d.contains("shm_allreduce")) c.shm_allreduce = d["shm_allreduce"].cast<bool>();
+  if (d.contains("caller_cycles")) c.caller_cycles = d["caller_cycles"].cast<bool>();
   if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();
   if (d.contains("autotune_log")) c.autotune.log_path = d["autotune_log"].cast<std::string>();
   if (d.contains("autotune_warmup_samples")) c.autotune.warmup_samples = d["autotune_warmup_samples"].cast<int>();
@@ -280,14 +281,16 @@ PYBIND11_MODULE(_engine, m) {
            })
       .def_property_readonly("gpu_device", &Engine::gpu_device)
       .def("enqueue",
-           [](Engine& e, const py::list& specs) {
+           // caller_waits: the caller waits for these next (a synchronous verb; Engine::Enqueue).
+           [](Engine& e, const py::list& specs, bool caller_waits) {
              std::vector<Submission> subs;
              subs.reserve(specs.size());
              for (const auto& item : specs) subs.push_back(SubmissionFromTuple(item.cast<py::tuple>()));
              std::vector<int64_t> handles;
-             Status st = e.Enqueue(std::move(subs), &handles);
+             Status st = e.Enqueue(std::move(subs), &handles, caller_waits);
              return py::make_tuple(static_cast<int>(st.code), st.message, handles);
-           })
+           },
+           py::arg("specs"), py::arg("caller_waits") = false)
       .def("announce_failure",
            // specs: (op, name, group, group_size, process_set) of the requests this rank could not
            // submit; the other ranks fail those names with `reason` (see Engine::AnnounceFailure).

@@ -77,6 +77,8 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
 }
 
 void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
+  // Held from Setup to Teardown but while waiting for the next cycle, when a caller may run one.
+  std::unique_lock<std::mutex> cycle(cycle_mu_);
   Status st = Setup(comm);
   bool late = false;
   {
@@ -104,11 +106,13 @@ void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
     started.set_value(Status::Ok());
   }
 
-  bool active = false;
   while (true) {
-    WaitForCycle(active);
-    if (!RunCycle(&active)) break;
+    WaitForCycle(cycle);
+    if (cycles_over_) break;  // a caller's cycle decided to stop
+    caller_ran_last_ = false;
+    if (!RunCycle(&active_)) break;
   }
+  cycles_over_ = true;
   Teardown();
 }
 
@@ -263,8 +267,10 @@ void Engine::Teardown() {
   SetBufferPoolLimit(0);
   watchdog_.Stop();
   if (stages_on_)
-    std::fprintf(stderr, "%s; fused with the negotiation: %llu done, %llu discarded\n", stages_.Summary(rank_).c_str(),
-                 static_cast<unsigned long long>(fused_done_), static_cast<unsigned long long>(fused_discarded_));
+    std::fprintf(stderr, "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu\n",
+                 stages_.Summary(rank_).c_str(), static_cast<unsigned long long>(fused_done_),
+                 static_cast<unsigned long long>(fused_discarded_), static_cast<unsigned long long>(cycle_),
+                 static_cast<unsigned long long>(inline_cycles_));
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 
@@ -285,17 +291,20 @@ void Engine::Shutdown(bool process_exiting) {
   thread_.join();
 }
 
-void Engine::WaitForCycle(bool active) {
-  const auto deadline =
-      active ? last_cycle_start_ + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double, std::milli>(config_.cycle_time_ms))
-             : Clock::time_point::max();
-  const auto poll = active ? Clock::duration(kActivePoll) : Clock::duration(kIdlePoll);
+void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until) {
+  const bool caller = until != Clock::time_point::max();  // engine_inline.cc; else the engine thread
   bool local = false;
-  while (true) {
+  while (!cycles_over_) {
+    // Computed afresh each time: a caller may have run cycles while this thread slept.
+    const bool active = active_;
+    const auto deadline =
+        active ? last_cycle_start_ + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double, std::milli>(config_.cycle_time_ms))
+               : Clock::time_point::max();
+    const auto poll = active ? Clock::duration(kActivePoll) : Clock::duration(kIdlePoll);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!incoming_.empty() || shutdown_requested_) {
+      if (incoming_.size() > claimed_ || shutdown_requested_) {
         local = true;
         break;
       }
@@ -310,17 +319,38 @@ void Engine::WaitForCycle(bool active) {
       break;
     }
     const auto now = Clock::now();
-    if (now >= deadline) break;
-    if (spin_ && active) {
+    if (now >= deadline || now >= until) break;
+    if (caller && spin_ && active) {
+      // A caller waiting for a peer (engine_inline.cc) has nothing else to do: watch for the
+      // peer's wake for a moment rather than sleep a poll interval past it.
+      bool woke = false;
       const uint64_t seen = submissions_.load();
-      if (SpinFor([&] { return submissions_.load() != seen; })) continue;
+      SpinFor([&] {
+        woke = PollWake();
+        return woke || submissions_.load() != seen;
+      });
+      if (woke) break;
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto until = (deadline - now < poll) ? deadline : now + poll;
-    work_cv_.wait_until(lock, until, [this] { return !incoming_.empty() || shutdown_requested_; });
+    // Not holding the cycle while waiting lets a caller run it (engine_inline.cc). While callers
+    // run the cycles, this thread neither spins nor polls for wakes between cycles (its own
+    // callers answer them): it would take a core from them at every submission.
+    const bool callers = caller_ran_last_ && !caller;
+    cycle.unlock();
+    bool submitted = false;
+    if (spin_ && active && !caller && !callers) {
+      const uint64_t seen = submissions_.load();
+      submitted = SpinFor([&] { return submissions_.load() != seen; });
+    }
+    if (!submitted) {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto wake_at = (deadline - now < poll || (callers && active)) ? deadline : now + poll;
+      if (until < wake_at) wake_at = until;
+      work_cv_.wait_until(lock, wake_at, [this] { return incoming_.size() > claimed_ || shutdown_requested_; });
+    }
+    cycle.lock();
   }
   // Our own work starts the cycle: tell the others, who may be idle, to join it now.
-  if (local) SendWake();
+  if (local && !cycles_over_) SendWake();
 }
 
 bool Engine::PollWake() {
@@ -352,7 +382,7 @@ void Engine::SendWake() {
   }
 }
 
-Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles) {
+Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles, bool caller_waits) {
   const auto now = Clock::now();
   // GPU tensors: find their device and record the producer's stream position, on this
   // (the producer's) thread, before the engine can see them.
@@ -416,7 +446,12 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     incoming_.push_back(std::move(p));
   }
   submissions_.fetch_add(1);
-  work_cv_.notify_one();
+  // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
+  // engine thread then.
+  if (caller_waits && CallerMayRunCycles())
+    claimed_ += subs.size();
+  else
+    work_cv_.notify_one();
   return Status::Ok();
 }
 
@@ -473,6 +508,7 @@ void Engine::FailAll(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting.swap(incoming_);
+    claimed_ = 0;
     for (auto& kv : pending_) waiting.push_back(std::move(kv.second));
     pending_.clear();
     for (Pending& p : held_) waiting.push_back(std::move(p));

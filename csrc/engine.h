@@ -56,6 +56,7 @@ struct EngineConfig {
   bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
   bool hierarchical_allgather = false;
   bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
+  bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
   AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";
@@ -130,8 +131,10 @@ class Engine {
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
 
-  // Enqueues all submissions atomically (a group is negotiated together) or none.
-  Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles);
+  // Enqueues all submissions atomically (a group is negotiated together) or none. `caller_waits`:
+  // the caller waits for them next (a synchronous verb), so the engine thread is not woken: the
+  // caller's Wait runs the cycles itself if the engine thread is idle (engine_inline.cc).
+  Status Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles, bool caller_waits = false);
   // Bad input found on this rank before submitting (e.g. by the Python layer): the other
   // ranks fail these names with `reason` instead of waiting for them. Nothing to wait for here.
   void AnnounceFailure(std::vector<Request>&& requests, const std::string& reason);
@@ -139,12 +142,8 @@ class Engine {
   // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
   // loops); true when done or unknown. `first`: the caller's first call for this handle, which
   // spins briefly before sleeping.
-  bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout) {
-    if (forked_child()) return true;
-    const bool done = handles_.Wait(handle, first && spin_, timeout);
-    if (done && stages_on_) stages_.RecordWaitReturned();
-    return done;
-  }
+  // While the engine thread is idle the caller runs the cycles itself (engine_inline.cc).
+  bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout);
   // Removes a completed handle and returns its outcome.
   Result Collect(int64_t handle) { return handles_.Collect(handle); }
 
@@ -174,7 +173,9 @@ class Engine {
   // from everyone's parts (null: the exchange failed).
   int StopFlagsLocked() const;
   void RecordStop(const std::vector<int>* everyone);
-  void WaitForCycle(bool active);
+  // Returns when the next cycle is due; `cycle` (cycle_mu_) is held on entry and on return and
+  // released while it sleeps. `until`: a caller running cycles (engine_inline.cc) gives up then.
+  void WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until = Clock::time_point::max());
   bool PollWake();
   void SendWake();
   void CompleteHandle(int64_t handle, Result&& result);
@@ -182,6 +183,11 @@ class Engine {
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
   void FailAll(const Status& status);
+
+  // engine_inline.cc: runs cycles on the calling thread until `handle` completes or `until`
+  // passes, if no other thread is running one; true when the handle is done.
+  bool RunCyclesInline(int64_t handle, Clock::time_point until);
+  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !abandoned_; }
 
   // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
   // engine must stop (the broadcast failed).
@@ -193,8 +199,10 @@ class Engine {
   Status StartWatchdog();
   void OnBackendStall(const std::string& message);
 
-  // negotiation.cc: one cycle; returns false when the engine must stop.
-  bool RunCycle(bool* active);
+  // negotiation.cc: one cycle; returns false when the engine must stop. `declined`: given by a
+  // caller running the cycle (engine_inline.cc), set when the cycle was not run because it might
+  // include GPU work, which only the engine thread runs.
+  bool RunCycle(bool* active, bool* declined = nullptr);
   void AdmitLocal(Pending&& p, std::vector<int>* invalid_bits);
   void EvictBits(const std::vector<int>& bits);
   Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
@@ -268,6 +276,10 @@ class Engine {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::vector<Pending> incoming_;
+  // How many of incoming_'s last entries a waiting caller will run the cycle for: the engine
+  // thread does not start a cycle for them (it would win the race to the cycle). Zero again once
+  // the caller runs the cycle, cannot (Wait), or a cycle takes them.
+  size_t claimed_ = 0;
   std::unordered_set<std::string> in_flight_;
   // Names of this rank's error submissions not yet resolved (a count: the same bad call may be
   // repeated). They do not block the name for the caller: a new request under it waits in
@@ -287,7 +299,15 @@ class Engine {
   // Times the engine thread's blocking backend calls (negotiation.cc, execution.cc, Teardown).
   Watchdog watchdog_;
 
-  // Engine-thread state.
+  // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
+  // result while the engine thread is idle (engine_inline.cc). The cycle state below is theirs.
+  std::mutex cycle_mu_;
+  bool active_ = false;        // some rank has work in flight: the next cycle is due soon
+  bool cycles_over_ = false;   // a cycle decided that the engine stops: the engine thread tears down
+  bool caller_ran_last_ = false;  // the last cycle was a caller's: the engine thread stays asleep
+  std::atomic<bool> abort_inline_{false};  // the watchdog fired: a caller stops waiting inside MPI
+
+  // Cycle state (cycle_mu_).
   std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
   int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
   bool joined_ = false;                 // this rank called join() and it has not completed
@@ -310,6 +330,7 @@ class Engine {
   Clock::time_point cycle_negotiated_;  // when this cycle's negotiation returned
   FusedNegotiation fused_;  // small allreduces carried by the negotiation (whole job, size > 1)
   uint64_t fused_done_ = 0, fused_discarded_ = 0;  // for the stage report
+  uint64_t inline_cycles_ = 0;                       // cycles run by waiting callers (the same)
 };
 
 }  // namespace collectives

@@ -39,6 +39,7 @@ void Engine::OnBackendStall(const std::string& message) {
     running_ = false;
   }
   handles_.FailUndone(st);
+  abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
   work_cv_.notify_all();
 }
 

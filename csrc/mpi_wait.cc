@@ -18,6 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_spin{true};
+thread_local const std::atomic<bool>* t_abort = nullptr;
+
+bool Aborted() { return t_abort && t_abort->load(std::memory_order_relaxed); }
 
 // The yielding phase: this long for any call, plus the time the data would take at a slow
 // shared-memory copy rate (so that a large message's transfer finishes before anyone sleeps;
@@ -72,6 +75,8 @@ bool MachineOversubscribed() {
 
 void SetMpiWaitSpin(bool spin) { g_spin.store(spin, std::memory_order_relaxed); }
 
+void SetWaitAbort(const std::atomic<bool>* abort) { t_abort = abort; }
+
 int WaitForRequest(MPI_Request* request, int64_t bytes) {
   int done = 0;
   int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -92,6 +97,7 @@ int WaitForRequest(MPI_Request* request, int64_t bytes) {
     sched_yield();
     rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
+    if (Aborted()) return MPI_ERR_OTHER;
   } while (Clock::now() < yield_until);
   // Linux stretches a sleep by the thread's timer slack (50 us by default), which would more than
   // double the short sleeps; this thread's wakeups are worth the precision.
@@ -102,6 +108,7 @@ int WaitForRequest(MPI_Request* request, int64_t bytes) {
     std::this_thread::sleep_for(sleep);
     rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
+    if (Aborted()) return MPI_ERR_OTHER;
     sleep = std::min<Clock::duration>(sleep * 2, kLongestSleep);
   }
 }

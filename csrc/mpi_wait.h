@@ -16,6 +16,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace collectives {
@@ -23,6 +24,11 @@ namespace collectives {
 // Once, at engine setup: whether waits may start with a pure spin (false when the ranks on this
 // machine outnumber its cores).
 void SetMpiWaitSpin(bool spin);
+
+// This thread's waits give up, returning MPI_ERR_OTHER with the request left behind, once *abort
+// turns true (null: never). A caller running the engine's cycle (engine_inline.cc) sets it, so that
+// when the watchdog fires it returns to raise the watchdog's error instead of staying in MPI.
+void SetWaitAbort(const std::atomic<bool>* abort);
 
 // Completes `request`, which moves about `bytes` per rank. Returns MPI_Test's code.
 int WaitForRequest(MPI_Request* request, int64_t bytes);

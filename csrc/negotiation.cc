@@ -24,6 +24,21 @@ constexpr uint64_t kFlagJoined = 8;    // some rank has called join() (which has
 
 bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 
+// Calls f(bit) for each bit below `limit` that is set (cleared, if `inverted`), in increasing
+// order, skipping empty words: a cycle looks at 1024 cache bits of which few are ever set.
+template <typename F>
+void ForEachBit(const uint64_t* words, int count, bool inverted, int limit, F&& f) {
+  for (int w = 0; w < count; ++w) {
+    uint64_t bits = inverted ? ~words[w] : words[w];
+    while (bits) {
+      const int b = w * 64 + __builtin_ctzll(bits);
+      bits &= bits - 1;
+      if (b >= limit) return;
+      f(b);
+    }
+  }
+}
+
 }  // namespace
 
 void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
@@ -140,18 +155,24 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
   return Status::Ok();
 }
 
-bool Engine::RunCycle(bool* active) {
+bool Engine::RunCycle(bool* active, bool* declined) {
   const auto now = Clock::now();
-  last_cycle_start_ = now;
-  timeline_.MarkCycle();
-
   std::vector<Pending> fresh;
   bool shutdown_local;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A caller's cycle (engine_inline.cc) runs no GPU work. A GPU submission sets gpu_device_
+    // before it enters incoming_, so checking here, where incoming_ is taken, misses none.
+    if (declined && gpu_device_ >= 0) {
+      *declined = true;
+      return true;
+    }
     fresh.swap(incoming_);
+    claimed_ = 0;
     shutdown_local = shutdown_requested_;
   }
+  last_cycle_start_ = now;
+  timeline_.MarkCycle();
   if (stages_on_)
     for (Pending& p : fresh) p.picked = now;
   std::vector<int> invalid;
@@ -206,8 +227,9 @@ bool Engine::RunCycle(bool* active) {
   bool agreed = false;
   if (watchdog_.Watch(BackendCall::NEGOTIATION_ALLREDUCE, 0,
                       [&] { return NegotiationAllreduce(&v, &carried, &agreed); }) != MPI_SUCCESS) {
-    Log(LogLevel::ERROR, "negotiation allreduce failed; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);
+    if (abandoned_) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
+    Log(LogLevel::ERROR, "negotiation allreduce failed; stopping the engine");
     stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure during negotiation");
     return false;
   }
@@ -218,8 +240,7 @@ bool Engine::RunCycle(bool* active) {
   // Invalidated entries (and their groups) leave the cache on every rank; requests waiting
   // on them go to the coordinator instead.
   std::vector<int> evicted;
-  for (int b = 0; b < cache_->capacity(); ++b)
-    if (!TestBit(valid, b)) cache_->Erase(b, &evicted);
+  ForEachBit(valid, words, /*inverted=*/true, cache_->capacity(), [&](int b) { cache_->Erase(b, &evicted); });
   const std::unordered_set<int> evicted_set(evicted.begin(), evicted.end());
   EvictBits(evicted);
 
@@ -242,20 +263,20 @@ bool Engine::RunCycle(bool* active) {
 
   std::vector<Response> responses;
   std::vector<int> cache_bits;  // bit for cached responses, -1 for the coordinator's
-  for (int b = 0; b < cache_->capacity(); ++b) {
-    if (!TestBit(ready, b) || evicted_set.count(b) || !cache_->Contains(b) || b == fused_bit) continue;
+  ForEachBit(ready, words, /*inverted=*/false, cache_->capacity(), [&](int b) {
+    if (evicted_set.count(b) || !cache_->Contains(b) || b == fused_bit) return;
     const Response& r = cache_->Get(b);
     if (!r.group.empty()) {
       // A group runs only when every member is ready everywhere.
       const std::set<int>* members = cache_->GroupBits(r.group);
-      if (!members || static_cast<int>(members->size()) != r.group_size) continue;
+      if (!members || static_cast<int>(members->size()) != r.group_size) return;
       bool all = true;
       for (int m : *members) all = all && TestBit(ready, m);
-      if (!all) continue;
+      if (!all) return;
     }
     responses.push_back(r);
     cache_bits.push_back(b);
-  }
+  });
 
   // Phase 2: the coordinator, only when someone has something the cache does not cover.
   ResponseList list;

@@ -6,6 +6,8 @@ Usage: watchdog_worker.py MODE SECONDS [--stop-rank R --stop-after N] [--linger]
 
   sync   every step: allreduce_async_ of a numpy array, then synchronize, checked against the
          numpy sum of every rank's input
+  verb   every step: a synchronous allreduce of a small numpy array (whose waiting caller runs
+         the engine's cycles itself), checked the same way
   torch  every step: a small model's forward and backward (whose hooks submit the gradients'
          allreduces) and a DistributedOptimizer step (which synchronizes them); the parameters
          are checked equal on every rank at the end
@@ -59,6 +61,20 @@ def sync_steps(r, n):
     return step, lambda: None
 
 
+def verb_steps(r, n):
+    # A synchronous verb: the waiting caller runs the cycles itself (csrc/engine_inline.cc), and a
+    # small tensor rides in the negotiation, so a stopped peer leaves this thread, not the engine
+    # thread, waiting inside MPI.
+    x = np.full(64, r + 1, np.float32)
+    expected = np.full(64, n * (n + 1) / 2, np.float32)
+
+    def step(i):
+        got = in_phase("allreduce", lambda: hvd.allreduce(x, op=hvd.Sum, name=f"wd.verb.{i % 4}"))
+        if not np.array_equal(got, expected):
+            raise AssertionError(f"step {i}: wrong sum")
+    return step, lambda: None
+
+
 def torch_steps(r, n):
     import torch
 
@@ -106,7 +122,7 @@ def main():
     if "--report-exit" in sys.argv:
         sys.exit(report_exit())
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["sync", "torch"])
+    p.add_argument("mode", choices=["sync", "verb", "torch"])
     p.add_argument("seconds", type=float)
     p.add_argument("--stop-rank", type=int, default=-1)
     p.add_argument("--stop-after", type=int, default=5)
@@ -116,7 +132,7 @@ def main():
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     tag = f"[rank {r} host {socket.gethostname()}]"
-    step, check = (sync_steps if args.mode == "sync" else torch_steps)(r, n)
+    step, check = {"sync": sync_steps, "verb": verb_steps, "torch": torch_steps}[args.mode](r, n)
     print(f"{tag} pid {os.getpid()} ready", flush=True)
     start = last = time.monotonic()
     i = 0
