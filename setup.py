@@ -137,6 +137,7 @@ SOURCES = [
     "nccl_backend.cc",
     "nccl_completion.cc",
     "negotiation.cc",
+    "rank_agreement.cc",
     "response_cache.cc",
     "timeline.cc",
     "types.cc",
