@@ -142,6 +142,7 @@ SOURCES = [
     "timeline.cc",
     "types.cc",
     "validation.cc",
+    "wait_policy.cc",
     "watchdog.cc",
 ]
 
