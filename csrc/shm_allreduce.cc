@@ -36,9 +36,6 @@ WaitPhases BarrierPhases() {
   p.yield_oversubscribed = std::chrono::microseconds(20);
   p.first_sleep = std::chrono::microseconds(20);
   p.longest_sleep = std::chrono::microseconds(250);
-  if (ExperimentLegacyWaits()) {  // TEMPORARY (wait_policy.h): yield forever, never sleep
-    p.yield = p.yield_oversubscribed = std::chrono::hours(24 * 365);
-  }
   return p;
 }
 const WaitPhases kBarrierPhases = BarrierPhases();

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <thread>
 
 namespace collectives {
@@ -29,22 +28,6 @@ inline void CpuRelax() {
 }
 
 }  // namespace
-
-namespace {
-long ExperimentValue() {
-  static const long v = [] {
-    const char* e = std::getenv("COLLECTIVES_EXPERIMENT_OVERSUBSCRIBED_YIELD_US");
-    return e && *e ? std::atol(e) : -2;
-  }();
-  return v;
-}
-}  // namespace
-
-bool ExperimentLegacyWaits() { return ExperimentValue() == -1; }
-std::chrono::nanoseconds ExperimentOversubscribedYield(std::chrono::nanoseconds otherwise) {
-  const long v = ExperimentValue();
-  return v >= 0 ? std::chrono::nanoseconds(std::chrono::microseconds(v)) : otherwise;
-}
 
 void SetWaitSpinAllowed(bool allowed) { g_spin_allowed.store(allowed, std::memory_order_relaxed); }
 
@@ -75,9 +58,7 @@ Waiter::Waiter(const WaitPhases& phases)
   const bool spin = g_spin_allowed.load(std::memory_order_relaxed) && !oversubscribed;
   spinning_ = spin && phases.spin.count() > 0;
   spin_until_ = start + (spin ? std::chrono::duration_cast<Clock::duration>(phases.spin) : Clock::duration::zero());
-  const auto yield = oversubscribed && !ExperimentLegacyWaits()
-                         ? ExperimentOversubscribedYield(phases.yield_oversubscribed)
-                         : phases.yield;
+  const auto yield = oversubscribed ? phases.yield_oversubscribed : phases.yield;
   yield_until_ = spin_until_ + std::chrono::duration_cast<Clock::duration>(yield);
 }
 

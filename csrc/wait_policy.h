@@ -28,12 +28,6 @@ void SetWaitSpinAllowed(bool allowed);
 // microseconds.
 bool MachineOversubscribed();
 
-// TEMPORARY, for measuring only: COLLECTIVES_EXPERIMENT_OVERSUBSCRIBED_YIELD_US=-1 makes waits
-// on an oversubscribed machine behave as before this policy (the quiet machine's yield phase;
-// the shared-memory barrier never sleeps); N >= 0 sets every oversubscribed yield phase to N us.
-bool ExperimentLegacyWaits();
-std::chrono::nanoseconds ExperimentOversubscribedYield(std::chrono::nanoseconds otherwise);
-
 struct WaitPhases {
   std::chrono::nanoseconds spin{0};                  // pure polling, where allowed
   std::chrono::nanoseconds yield{0};                 // then yielding between looks
