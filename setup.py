@@ -138,10 +138,12 @@ SOURCES = [
     "nccl_backend.cc",
     "nccl_completion.cc",
     "negotiation.cc",
+    "rank_agreement.cc",
     "response_cache.cc",
     "timeline.cc",
     "types.cc",
     "validation.cc",
+    "wait_policy.cc",
     "watchdog.cc",
 ]
 

@@ -12,6 +12,7 @@
 #include "gpu_loader.h"
 #include "log.h"
 #include "mpi_wait.h"
+#include "rank_agreement.h"
 #include "spin.h"
 #include "validation.h"
 
@@ -152,9 +153,8 @@ Status Engine::Setup(MPI_Comm comm) {
   {
     // Horovod's is_homogeneous(): every host runs as many ranks as every other. Learned once
     // here, so that the query is local and the Python layer needs no collective at init.
-    int sizes[2] = {local_size_, -local_size_}, extremes[2] = {0, 0};
-    MPI_Allreduce(sizes, extremes, 2, MPI_INT, MPI_MAX, comm_);
-    homogeneous_ = extremes[0] == -extremes[1];
+    Status agreed = AllRanksAgree(comm_, {local_size_}, &homogeneous_);
+    if (!agreed.ok()) return agreed;
   }
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
@@ -166,7 +166,7 @@ Status Engine::Setup(MPI_Comm comm) {
   st = hierarchy_.Init(comm_, local_comm_, cross_comm_, config_.hierarchical_allreduce, config_.hierarchical_allgather);
   if (!st.ok()) return st;
   setup_step_ = "the shared-memory allreduce's segment (needs every rank)";
-  st = shm_.Init(comm_, local_size_, config_.shm_allreduce, spin_);
+  st = shm_.Init(comm_, local_size_, config_.shm_allreduce);
   if (!st.ok()) return st;
   st = StartAutotune();
   if (!st.ok()) return st;

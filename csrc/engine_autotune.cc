@@ -2,6 +2,7 @@
 // executed work, and applying the parameters that every rank receives at a decision point.
 #include "engine.h"
 #include "log.h"
+#include "rank_agreement.h"
 
 namespace collectives {
 
@@ -19,11 +20,10 @@ Status Engine::StartAutotune() {
   // Every rank must reach the same decision points, so the knobs that place them must agree (a
   // variable set on some ranks only): otherwise autotuning is off everywhere, as Hierarchy::Init
   // does for its knobs. One small allreduce at init, whether autotuning is on or not.
-  const int mine[3] = {autotune_.tuning() ? 1 : 0, settings.warmup_samples, settings.steps_per_sample};
-  int both[6] = {mine[0], mine[1], mine[2], -mine[0], -mine[1], -mine[2]}, extremes[6];
-  if (MPI_Allreduce(both, extremes, 6, MPI_INT, MPI_MAX, comm_) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "MPI_Allreduce of the autotune knobs failed");
-  if (extremes[0] != -extremes[3] || extremes[1] != -extremes[4] || extremes[2] != -extremes[5]) {
+  bool agree = false;
+  st = AllRanksAgree(comm_, {autotune_.tuning() ? 1 : 0, settings.warmup_samples, settings.steps_per_sample}, &agree);
+  if (!st.ok()) return st;
+  if (!agree) {
     if (rank_ == 0)
       Log(LogLevel::WARNING, "COLLECTIVES_AUTOTUNE and its sample knobs (or the knobs left to tune) differ between "
                              "ranks; autotuning is off");

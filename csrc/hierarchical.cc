@@ -7,6 +7,7 @@
 #include <map>
 
 #include "log.h"
+#include "rank_agreement.h"
 
 namespace collectives {
 namespace {
@@ -91,21 +92,19 @@ Status Hierarchy::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, bool want_
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
-  // A host is named by its first rank; every rank learns every rank's host and knobs.
+  // A host is named by its first rank; every rank learns every rank's host.
   int first = rank;
   Status st = MpiCheck(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, local), "MPI_Allreduce of the host's first rank");
   if (!st.ok()) return st;
-  const int mine[2] = {first, (want_allreduce ? 1 : 0) | (want_allgather ? 2 : 0)};
-  std::vector<int> all(2 * static_cast<size_t>(size));
-  st = MpiCheck(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm), "MPI_Allgather of the ranks' hosts");
+  std::vector<int> firsts(static_cast<size_t>(size));
+  st = MpiCheck(MPI_Allgather(&first, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm), "MPI_Allgather of the ranks' hosts");
+  if (!st.ok()) return st;
+  // A knob set on some ranks only is off everywhere: every rank must take the same algorithm.
+  std::vector<bool> agree;
+  st = AgreeAcrossRanks(comm, {want_allreduce ? 1 : 0, want_allgather ? 1 : 0}, &agree);
   if (!st.ok()) return st;
   std::map<int, std::vector<int>> by_first;  // ordered by first rank: the order of the first ranks' cross communicator
-  int every = 3, some = 0;
-  for (int r = 0; r < size; ++r) {
-    by_first[all[2 * r]].push_back(r);
-    every &= all[2 * r + 1];
-    some |= all[2 * r + 1];
-  }
+  for (int r = 0; r < size; ++r) by_first[firsts[static_cast<size_t>(r)]].push_back(r);
   host_ranks_.clear();
   for (auto& kv : by_first) {
     if (kv.first == first) my_host_ = static_cast<int>(host_ranks_.size());
@@ -121,10 +120,10 @@ Status Hierarchy::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, bool want_
     for (int r : ranks) host_major_ = host_major_ && r == next++;
   }
 
-  allreduce_enabled = every & 1;
-  allgather_enabled = (every & 2) != 0;
-  if (rank == 0 && (some & ~every)) {
-    Log(LogLevel::WARNING, std::string("COLLECTIVES_HIERARCHICAL_") + ((some & ~every & 1) ? "ALLREDUCE" : "ALLGATHER") +
+  allreduce_enabled = want_allreduce && agree[0];
+  allgather_enabled = want_allgather && agree[1];
+  if (rank == 0 && !(agree[0] && agree[1])) {
+    Log(LogLevel::WARNING, std::string("COLLECTIVES_HIERARCHICAL_") + (!agree[0] ? "ALLREDUCE" : "ALLGATHER") +
                                " is set on some ranks only: every rank runs the flat algorithm (the ranks must agree)");
   }
   std::string layout;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "half_math.h"
+#include "mpi_wait.h"
 
 #if MPI_VERSION >= 4
 #define COLLECTIVES_LARGE_COUNT 1
@@ -39,6 +40,12 @@ void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
 #define COLLECTIVES_OP_CREATE MPI_Op_create
 #endif
 
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t total = 0;
+  for (int64_t x : v) total += x;
+  return total;
+}
+
 }  // namespace
 
 Status MpiBackend::Check(int rc, const char* what) const {
@@ -47,6 +54,16 @@ Status MpiBackend::Check(int rc, const char* what) const {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   return Status::Error(StatusCode::INTERNAL, std::string(what) + " failed: " + std::string(msg, static_cast<size_t>(len)));
+}
+
+// The data calls start a nonblocking collective and complete it under the engine's waiting policy
+// (mpi_wait.h), not inside MPICH's blocking wait: that one polls without pause, or, with
+// MPIR_CVAR_ENABLE_HEAVY_YIELD=1 (what collectivesrun sets when ranks outnumber cores), calls
+// nanosleep(1 ns) between polls, a system call per poll: 6,000 mixed ops on 3 ranks on 2 cores
+// spent 6.7 min of system time in 5 min (tests/test_memory.py's soak), nearly all of it there.
+Status MpiBackend::Complete(int start_rc, MPI_Request* request, int64_t bytes, const char* what) const {
+  if (start_rc != MPI_SUCCESS) return Check(start_rc, what);
+  return Check(WaitForRequest(request, bytes), what);
 }
 
 Status MpiBackend::Init() {
@@ -132,10 +149,12 @@ Status MpiBackend::Allreduce(MPI_Comm comm, const void* send, void* recv, int64_
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * esize;
     void* r = static_cast<char*>(recv) + off * esize;
 #if COLLECTIVES_LARGE_COUNT
-    Status st = Check(MPI_Allreduce_c(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm), "MPI_Allreduce");
+    MPI_Request request = MPI_REQUEST_NULL;
+    Status st = Complete(MPI_Iallreduce_c(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm, &request), &request, n * esize, "MPI_Allreduce");
 #else
-    Status st = Check(MPI_Allreduce(s, r, static_cast<int>(n), MpiType(dtype), MpiOp(dtype, op), comm),
-                      "MPI_Allreduce");
+    MPI_Request request = MPI_REQUEST_NULL;
+    Status st = Complete(MPI_Iallreduce(s, r, static_cast<int>(n), MpiType(dtype), MpiOp(dtype, op), comm, &request), &request,
+                         n * esize, "MPI_Allreduce");
 #endif
     if (!st.ok()) return st;
   }
@@ -160,18 +179,21 @@ Status MpiBackend::StartAllreduce(MPI_Comm comm, void* buf, int count, DataType 
 
 Status MpiBackend::ReduceScatterBlock(MPI_Comm comm, const void* send, void* recv, int count, DataType dtype,
                                       ReduceOp op) {
-  return Check(MPI_Reduce_scatter_block(send, recv, count, MpiType(dtype), MpiOp(dtype, op), comm),
-               "MPI_Reduce_scatter_block");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ireduce_scatter_block(send, recv, count, MpiType(dtype), MpiOp(dtype, op), comm, &request), &request,
+                  static_cast<int64_t>(count) * DataTypeSize(dtype), "MPI_Reduce_scatter_block");
 }
 
 Status MpiBackend::Broadcast(MPI_Comm comm, void* buf, int64_t bytes, int root) {
   if (bytes == 0) return Status::Ok();
 #if COLLECTIVES_LARGE_COUNT
-  return Check(MPI_Bcast_c(buf, bytes, MPI_BYTE, root, comm), "MPI_Bcast");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ibcast_c(buf, bytes, MPI_BYTE, root, comm, &request), &request, bytes, "MPI_Bcast");
 #else
   for (int64_t off = 0; off < bytes; off += INT_MAX) {
     const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
-    Status st = Check(MPI_Bcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm), "MPI_Bcast");
+    MPI_Request request = MPI_REQUEST_NULL;
+    Status st = Complete(MPI_Ibcast(static_cast<char*>(buf) + off, n, MPI_BYTE, root, comm, &request), &request, n, "MPI_Bcast");
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -183,23 +205,26 @@ Status MpiBackend::Allgatherv(MPI_Comm comm, const void* send, int64_t send_byte
                               const std::vector<int64_t>& displs) {
   std::vector<MPI_Count> c(counts.begin(), counts.end());
   std::vector<MPI_Aint> d(displs.begin(), displs.end());
-  return Check(MPI_Allgatherv_c(send, send_bytes, MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
-               "MPI_Allgatherv");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Iallgatherv_c(send, send_bytes, MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm, &request), &request,
+                  Sum(counts), "MPI_Allgatherv");
 }
 
 Status MpiBackend::Alltoallv(MPI_Comm comm, const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
                              void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
   std::vector<MPI_Count> sc2(sc.begin(), sc.end()), rc2(rc.begin(), rc.end());
   std::vector<MPI_Aint> sd2(sd.begin(), sd.end()), rd2(rd.begin(), rd.end());
-  return Check(MPI_Alltoallv_c(send, sc2.data(), sd2.data(), MPI_BYTE, recv, rc2.data(), rd2.data(), MPI_BYTE, comm),
-               "MPI_Alltoallv");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ialltoallv_c(send, sc2.data(), sd2.data(), MPI_BYTE, recv, rc2.data(), rd2.data(), MPI_BYTE, comm, &request),
+                  &request, Sum(sc) + Sum(rc), "MPI_Alltoallv");
 }
 
 Status MpiBackend::ReduceScatter(MPI_Comm comm, const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
                                  ReduceOp op) {
   std::vector<MPI_Count> c(counts.begin(), counts.end());
-  return Check(MPI_Reduce_scatter_c(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm),
-               "MPI_Reduce_scatter");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ireduce_scatter_c(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm, &request), &request,
+                  Sum(counts) * DataTypeSize(dtype), "MPI_Reduce_scatter");
 }
 #else
 namespace {
@@ -220,24 +245,27 @@ Status MpiBackend::Allgatherv(MPI_Comm comm, const void* send, int64_t send_byte
                               const std::vector<int64_t>& displs) {
   std::vector<int> c, d;
   if (send_bytes > INT_MAX || !ToInts(counts, &c) || !ToInts(displs, &d)) return TooLarge("allgather");
-  return Check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
-               "MPI_Allgatherv");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm, &request),
+                  &request, Sum(counts), "MPI_Allgatherv");
 }
 
 Status MpiBackend::Alltoallv(MPI_Comm comm, const void* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
                              void* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {
   std::vector<int> a, b, c, d;
   if (!ToInts(sc, &a) || !ToInts(sd, &b) || !ToInts(rc, &c) || !ToInts(rd, &d)) return TooLarge("alltoall");
-  return Check(MPI_Alltoallv(send, a.data(), b.data(), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm),
-               "MPI_Alltoallv");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ialltoallv(send, a.data(), b.data(), MPI_BYTE, recv, c.data(), d.data(), MPI_BYTE, comm, &request),
+                  &request, Sum(sc) + Sum(rc), "MPI_Alltoallv");
 }
 
 Status MpiBackend::ReduceScatter(MPI_Comm comm, const void* send, void* recv, const std::vector<int64_t>& counts, DataType dtype,
                                  ReduceOp op) {
   std::vector<int> c;
   if (!ToInts(counts, &c)) return TooLarge("reducescatter");
-  return Check(MPI_Reduce_scatter(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm),
-               "MPI_Reduce_scatter");
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ireduce_scatter(send, recv, c.data(), MpiType(dtype), MpiOp(dtype, op), comm, &request), &request,
+                  Sum(counts) * DataTypeSize(dtype), "MPI_Reduce_scatter");
 }
 #endif
 

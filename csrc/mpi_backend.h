@@ -45,6 +45,8 @@ class MpiBackend {
   MPI_Datatype MpiType(DataType t) const;
   MPI_Op MpiOp(DataType t, ReduceOp op) const;
   Status Check(int rc, const char* what) const;
+  // Completes a nonblocking call that returned `start_rc` (mpi_wait.h's WaitForRequest).
+  Status Complete(int start_rc, MPI_Request* request, int64_t bytes, const char* what) const;
 
   // [0]=sum [1]=min [2]=max [3]=prod, for float16 and bfloat16
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};

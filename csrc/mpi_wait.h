@@ -4,15 +4,13 @@
 // machine with one extra busy process, the engine thread of the early rank used more CPU than
 // the rank's training thread (benchmarks/busy_machine_bench.py, README "A busy machine").
 //
-// The engine's long calls therefore start a nonblocking call and complete it here with
-// MPI_Test: first polling without pause for a few microseconds (a peer that is already there
-// answers within them; only where every local rank has a core), then yielding the core between
-// polls for as long as the data itself could still be moving, then sleeping between polls, the
-// sleep doubling up to a bound. When the threads ready to run already fill every core (the
-// kernel's count in /proc/loadavg), a wait skips the pure spin. MPICH has no progress thread here, so a nonblocking collective
-// moves only inside MPI calls and a sleeping rank can hold its peers back by up to one sleep per
-// protocol step; the yielding phase is sized from the message so that a transfer under way is
-// never left waiting on a sleeper, and the bound keeps the delay to a late rank's peers small.
+// The engine's long calls therefore start a nonblocking call and complete it here with MPI_Test,
+// pausing between tests as wait_policy.h says: a short spin, then yielding for as long as the
+// data itself could still be moving, then sleeping. MPICH has no progress thread here, so a
+// nonblocking collective moves only inside MPI calls and a sleeping rank can hold its peers back
+// by up to one sleep per protocol step; the yielding phase is sized from the message so that a
+// transfer under way is never left waiting on a sleeper, and the sleeps' bound keeps the delay
+// to a late rank's peers small.
 #pragma once
 #include <mpi.h>
 
@@ -22,7 +20,7 @@
 namespace collectives {
 
 // Once, at engine setup: whether waits may start with a pure spin (false when the ranks on this
-// machine outnumber its cores).
+// machine outnumber its cores). The same as SetWaitSpinAllowed (wait_policy.h), for every wait.
 void SetMpiWaitSpin(bool spin);
 
 // This thread's waits give up, returning MPI_ERR_OTHER with the request left behind, once *abort
@@ -35,9 +33,5 @@ int WaitForRequest(MPI_Request* request, int64_t bytes);
 
 // MPI_Allreduce, completed by WaitForRequest. `send` may be MPI_IN_PLACE.
 int AllreduceWaiting(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
-#if MPI_VERSION >= 4
-// The large-count form (MPI_Iallreduce_c).
-int AllreduceWaitingC(const void* send, void* recv, MPI_Count count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
-#endif
 
 }  // namespace collectives

@@ -1,7 +1,6 @@
 #include "shm_allreduce.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,34 +14,37 @@
 #include <fstream>
 
 #include "log.h"
+#include "wait_policy.h"
 
 namespace collectives {
 namespace {
 
 constexpr int kNameBytes = 64;
 
-// How a waiting rank treats the core while its peers have not arrived: a piece takes tens of
-// microseconds, so it first spins (only where every local rank has a core), then yields the
-// core between looks, which leaves it to any other thread that can run there (a framework
-// thread, a data loader, a late peer). It never sleeps: every piece has two barriers, and
-// sleeps of even 20-250 us (mpi_wait.h's policy for one long MPI call) at each of them doubled
-// the time of a 64 MiB allreduce at load 7 on the 2-core VM.
-constexpr auto kSpinFor = std::chrono::microseconds(25);
-constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
+// How a waiting rank treats the core (wait_policy.h): a call takes tens of microseconds, so it
+// first spins, then yields the core between looks, which leaves it to any other thread that can
+// run there (a framework thread, a data loader, a late peer). On a machine with a core to spare
+// it must not sleep early: every call has two barriers, and sleeps of even 20-250 us at each of
+// them (mpi_wait.h's phases for one long MPI call) doubled the time of a 64 MiB allreduce (then
+// cut in slot-sized pieces) at load 7 on the 2-core VM. So its yield phase is long: a peer later
+// than that is computing or descheduled, and then sleeping costs nothing. On an oversubscribed
+// machine a yield loop takes a contended core (wait_policy.h): it sleeps after a few yields.
+WaitPhases BarrierPhases() {
+  WaitPhases p;
+  p.spin = std::chrono::microseconds(25);
+  p.yield = std::chrono::milliseconds(2);
+  p.yield_oversubscribed = std::chrono::microseconds(20);
+  p.first_sleep = std::chrono::microseconds(20);
+  p.longest_sleep = std::chrono::microseconds(250);
+  return p;
 }
+const WaitPhases kBarrierPhases = BarrierPhases();
+constexpr auto kLivenessEvery = std::chrono::milliseconds(20);
 
 }  // namespace
 
-Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled, bool spin) {
+Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
   Release();
-  spin_ = spin;
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   if (!enabled) {
@@ -59,13 +61,19 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled, bool spin
   }
   bytes_ = static_cast<size_t>(size_) * kLine + static_cast<size_t>(size_) * 2 * static_cast<size_t>(kSlotBytes);
   char name[kNameBytes] = {0};
-  int ok = 1;
+  bool ok = true;
   int fd = -1;
   if (rank_ == 0) {
     static std::atomic<unsigned> serial{0};
     std::snprintf(name, sizeof(name), "/collectives-shm-%d-%u", static_cast<int>(getpid()), serial++);
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) ok = 0;
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) ok = false;
+    // A segment left shorter than bytes_ would still map, and touching it would SIGBUS: give it
+    // up here, so that the agreement below turns the segment off on every rank.
+    if (!ok && fd >= 0) {
+      close(fd);
+      fd = -1;
+    }
   }
   if (MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "MPI_Bcast of the shared-memory segment's name failed");
@@ -79,7 +87,6 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled, bool spin
   if (MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "MPI_Allreduce agreeing on the shared-memory segment failed");
   if (rank_ == 0 && name[0]) shm_unlink(name);  // every rank has opened it (or given up): no file left behind
-  (void)ok;
   if (!everyone) {
     if (mapped != MAP_FAILED) munmap(mapped, bytes_);
     blocker_ = std::string("a rank could not map a shared-memory segment of ") + std::to_string(bytes_) + " bytes";
@@ -124,24 +131,15 @@ bool ShmAllreduce::PeerGone(int rank) const {
 Status ShmAllreduce::Barrier() {
   const uint64_t target = ++barriers_;
   Counter(rank_)->store(target, std::memory_order_release);
+  Waiter waiter(kBarrierPhases);  // one wait, whichever peers it waits for
+  auto next_check = std::chrono::steady_clock::now() + kLivenessEvery;
+  unsigned looks = 0;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     std::atomic<uint64_t>* c = Counter(r);
-    if (c->load(std::memory_order_acquire) >= target) continue;
-    if (spin_) {
-      const auto until = std::chrono::steady_clock::now() + kSpinFor;
-      int spins = 0;
-      while (c->load(std::memory_order_acquire) < target) {
-        CpuRelax();
-        if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
-      }
-    }
-    if (c->load(std::memory_order_acquire) >= target) continue;
-    auto next_check = std::chrono::steady_clock::now() + kLivenessEvery;
-    unsigned looks = 0;
     while (c->load(std::memory_order_acquire) < target) {
-      sched_yield();
-      if (++looks % 256 != 0) continue;  // the clock and /proc only now and then
+      waiter.Pause();
+      if (++looks % 64 != 0) continue;  // the clock and /proc only now and then
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_check) {
         next_check = now + kLivenessEvery;
@@ -157,35 +155,31 @@ Status ShmAllreduce::Barrier() {
 
 Status ShmAllreduce::Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count, DataType dtype,
                                ReduceOp op) {
+  // One piece: UseFor admits at most kMaxBytes == kSlotBytes. Successive calls alternate slots,
+  // so that a rank may fill its next slot while the others still copy out of this one.
   const int64_t esize = DataTypeSize(dtype);
-  const int64_t per_piece = kSlotBytes / esize;
+  const uint64_t piece = pieces_++;
+  std::memcpy(Slot(rank_, piece), in, static_cast<size_t>(count * esize));
+  Status st = Barrier();
+  if (!st.ok()) return st;
   // Shares start on 64-byte boundaries: no two ranks write one cache line.
   const int64_t align = std::max<int64_t>(1, 64 / esize);
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
-  for (int64_t off = 0; off < count; off += per_piece) {
-    const int64_t m = std::min(per_piece, count - off);
-    const uint64_t piece = pieces_++;
-    std::memcpy(Slot(rank_, piece), src + off * esize, static_cast<size_t>(m * esize));
-    Status st = Barrier();
-    if (!st.ok()) return st;
-    const int64_t share = (((m + size_ - 1) / size_) + align - 1) / align * align;
-    const int64_t lo = std::min(m, rank_ * share), hi = std::min(m, lo + share);
-    if (lo < hi) {
-      char* mine = Slot(rank_, piece) + lo * esize;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        st = backend.ReduceLocal(Slot(r, piece) + lo * esize, mine, hi - lo, dtype, op);
-        if (!st.ok()) return st;
-      }
-    }
-    st = Barrier();
-    if (!st.ok()) return st;
+  const int64_t share = (((count + size_ - 1) / size_) + align - 1) / align * align;
+  const int64_t lo = std::min(count, rank_ * share), hi = std::min(count, lo + share);
+  if (lo < hi) {
+    char* mine = Slot(rank_, piece) + lo * esize;
     for (int r = 0; r < size_; ++r) {
-      const int64_t rlo = std::min(m, r * share), rhi = std::min(m, rlo + share);
-      if (rlo < rhi)
-        std::memcpy(dst + (off + rlo) * esize, Slot(r, piece) + rlo * esize, static_cast<size_t>((rhi - rlo) * esize));
+      if (r == rank_) continue;
+      st = backend.ReduceLocal(Slot(r, piece) + lo * esize, mine, hi - lo, dtype, op);
+      if (!st.ok()) return st;
     }
+  }
+  st = Barrier();
+  if (!st.ok()) return st;
+  char* dst = static_cast<char*>(out);
+  for (int r = 0; r < size_; ++r) {
+    const int64_t rlo = std::min(count, r * share), rhi = std::min(count, rlo + share);
+    if (rlo < rhi) std::memcpy(dst + rlo * esize, Slot(r, piece) + rlo * esize, static_cast<size_t>((rhi - rlo) * esize));
   }
   return Status::Ok();
 }

@@ -52,8 +52,8 @@ class ShmAllreduce {
   // Collective over `comm`. Sets the segment up when `enabled`, the job has more than one rank and
   // every rank of `comm` is on this host (`local_size == size`); otherwise (or when any rank fails
   // to map it: every rank then agrees) allreduces stay on MPI, and blocker() says why.
-  // `spin`: whether a waiting rank may poll without yielding (every local rank has a core).
-  Status Init(MPI_Comm comm, int local_size, bool enabled, bool spin);
+  // A waiting rank treats its core as wait_policy.h says.
+  Status Init(MPI_Comm comm, int local_size, bool enabled);
   void Release();
 
   bool active() const { return base_ != nullptr; }
@@ -83,9 +83,8 @@ class ShmAllreduce {
   char* slots_ = nullptr;
   size_t bytes_ = 0;
   int rank_ = 0, size_ = 0;
-  bool spin_ = true;
   uint64_t barriers_ = 0;  // barriers this rank has passed: the same count on every rank
-  uint64_t pieces_ = 0;    // pieces done, whose parity picks the slot
+  uint64_t pieces_ = 0;    // calls done, whose parity picks the slot
   std::vector<pid_t> pids_;
   std::string blocker_ = "not set up";
 };

@@ -1,22 +1,33 @@
-// Short spins before sleeping on a condition variable.
+// Short waits before sleeping on a condition variable: the caller waiting for its result, the
+// engine waiting for the next submission. Their pauses follow wait_policy.h.
 #pragma once
 #include <chrono>
-#include <thread>
+
+#include "wait_policy.h"
 
 namespace collectives {
 
-// How long a thread spins (yielding) for an event expected within microseconds before it
-// sleeps: the caller waiting for its result, the engine waiting for the next submission.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// An event expected within microseconds: yield for up to 50 us, then give up (the caller blocks
+// on its condition variable). On an oversubscribed machine the yield loop would take a contended
+// core (wait_policy.h), so it gives up at once.
+inline const WaitPhases& HandOffPhases() {
+  static const WaitPhases phases = [] {
+    WaitPhases p;
+    p.yield = std::chrono::microseconds(50);
+    p.yield_oversubscribed = std::chrono::microseconds(0);
+    p.sleep = false;
+    return p;
+  }();
+  return phases;
+}
 
-// Spins until pred() or the spin time is over; true if pred() held.
+// Waits until pred() or the hand-off phases are over; true if pred() held.
 template <typename Pred>
 bool SpinFor(Pred pred) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+  Waiter waiter(HandOffPhases());
   do {
     if (pred()) return true;
-    std::this_thread::yield();
-  } while (std::chrono::steady_clock::now() < until);
+  } while (waiter.Pause());
   return pred();
 }
 
