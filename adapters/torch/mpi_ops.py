@@ -70,7 +70,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce (no autograd); returns ``tensor``."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.allreduce_(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -39,6 +39,10 @@ def _bf16_numpy_dtype():
 
 
 def check_tensor(tensor, what="collective"):
+    # The common case first, in the cheapest checks (this runs on every call of every verb).
+    if (isinstance(tensor, torch.Tensor) and (tensor.is_cpu or tensor.is_cuda) and tensor.layout is torch.strided
+            and tensor.dtype in _SUPPORTED):
+        return tensor
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type not in ("cpu", "cuda"):
@@ -57,7 +61,9 @@ def check_tensor(tensor, what="collective"):
 def to_numpy(tensor, what="collective"):
     """A numpy view sharing ``tensor``'s memory (strided like the tensor); CUDA tensors come
     back as themselves (detached), for the GPU path of collectives.ops."""
-    t = check_tensor(tensor, what).detach()
+    t = check_tensor(tensor, what)
+    if t.requires_grad:  # .numpy() refuses tensors that require grad; detach() costs a new tensor
+        t = t.detach()
     if t.is_conj() or t.is_neg():  # lazy views without materialized memory
         t = t.resolve_conj().resolve_neg()
     if t.is_cuda:
