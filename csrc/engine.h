@@ -43,6 +43,9 @@
 
 namespace collectives {
 
+// The MPI tag of the wake messages that start a cycle on idle peers (engine_wake.cc).
+constexpr int kWakeTag = 7477;
+
 struct EngineConfig {
   int64_t fusion_threshold = 128LL * 1024 * 1024;
   double cycle_time_ms = 1.0;

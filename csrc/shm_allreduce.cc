@@ -1,9 +1,7 @@
 #include "shm_allreduce.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,12 +12,11 @@
 #include <fstream>
 
 #include "log.h"
+#include "shared_segment.h"
 #include "wait_policy.h"
 
 namespace collectives {
 namespace {
-
-constexpr int kNameBytes = 64;
 
 // How a waiting rank treats the core (wait_policy.h): a call takes tens of microseconds, so it
 // first spins, then yields the core between looks, which leaves it to any other thread that can
@@ -60,36 +57,12 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
     return Status::Ok();
   }
   bytes_ = static_cast<size_t>(size_) * kLine + static_cast<size_t>(size_) * 2 * static_cast<size_t>(kSlotBytes);
-  char name[kNameBytes] = {0};
-  bool ok = true;
-  int fd = -1;
-  if (rank_ == 0) {
-    static std::atomic<unsigned> serial{0};
-    std::snprintf(name, sizeof(name), "/collectives-shm-%d-%u", static_cast<int>(getpid()), serial++);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) ok = false;
-    // A segment left shorter than bytes_ would still map, and touching it would SIGBUS: give it
-    // up here, so that the agreement below turns the segment off on every rank.
-    if (!ok && fd >= 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  if (MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "MPI_Bcast of the shared-memory segment's name failed");
-  if (rank_ != 0) fd = shm_open(name, O_RDWR, 0600);
-  void* mapped = MAP_FAILED;
-  if (fd >= 0) {
-    mapped = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-  }
-  int mine = mapped != MAP_FAILED ? 1 : 0, everyone = 0;
-  if (MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "MPI_Allreduce agreeing on the shared-memory segment failed");
-  if (rank_ == 0 && name[0]) shm_unlink(name);  // every rank has opened it (or given up): no file left behind
-  if (!everyone) {
-    if (mapped != MAP_FAILED) munmap(mapped, bytes_);
-    blocker_ = std::string("a rank could not map a shared-memory segment of ") + std::to_string(bytes_) + " bytes";
+  void* mapped = nullptr;
+  std::string why;
+  Status st = MapSharedSegment(comm, bytes_, "shm", &mapped, &why);
+  if (!st.ok()) return st;
+  if (mapped == nullptr) {
+    blocker_ = why;
     Log(LogLevel::INFO, "shared-memory allreduce off: " + blocker_);
     return Status::Ok();
   }

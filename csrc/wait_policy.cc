@@ -16,6 +16,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_spin_allowed{true};
+std::atomic<int32_t> g_process_waiters{0};
+std::atomic<std::atomic<int32_t>*> g_host_waiters{&g_process_waiters};
 
 constexpr auto kLoadCheckInterval = std::chrono::milliseconds(20);
 
@@ -31,6 +33,10 @@ inline void CpuRelax() {
 
 void SetWaitSpinAllowed(bool allowed) { g_spin_allowed.store(allowed, std::memory_order_relaxed); }
 
+void SetHostWaiters(std::atomic<int32_t>* counter) {
+  g_host_waiters.store(counter != nullptr ? counter : &g_process_waiters);
+}
+
 bool MachineOversubscribed() {
   static std::atomic<int64_t> checked_at{0};
   static std::atomic<bool> oversubscribed{false};
@@ -44,7 +50,10 @@ bool MachineOversubscribed() {
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     double l1, l5, l15;
     long running = 0, total = 0;
-    if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) == 5) busy = running - 1 >= cores;
+    if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) == 5) {
+      const long waiting = std::max<long>(0, g_host_waiters.load()->load(std::memory_order_relaxed));
+      busy = running - 1 - waiting >= cores;
+    }
     std::fclose(f);
   }
   oversubscribed.store(busy, std::memory_order_relaxed);
@@ -60,6 +69,17 @@ Waiter::Waiter(const WaitPhases& phases)
   spin_until_ = start + (spin ? std::chrono::duration_cast<Clock::duration>(phases.spin) : Clock::duration::zero());
   const auto yield = oversubscribed ? phases.yield_oversubscribed : phases.yield;
   yield_until_ = spin_until_ + std::chrono::duration_cast<Clock::duration>(yield);
+  if (yield_until_ > start) {
+    counted_ = g_host_waiters.load();
+    counted_->fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Waiter::~Waiter() { Uncount(); }
+
+void Waiter::Uncount() {
+  if (counted_ != nullptr) counted_->fetch_sub(1, std::memory_order_relaxed);
+  counted_ = nullptr;
 }
 
 bool Waiter::Pause() {
@@ -76,6 +96,7 @@ bool Waiter::Pause() {
       sched_yield();
       return true;
     }
+    Uncount();  // a thread that sleeps or blocks is not ready to run
     if (!phases_.sleep) return false;
     sleeping_ = true;
     // Linux stretches a sleep by the thread's timer slack (50 us by default), which would more

@@ -15,7 +15,9 @@
 // 5 min of wall clock (tests/test_memory.py). So an oversubscribed wait skips the spin and has
 // its own, short, yield phase before it sleeps.
 #pragma once
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 
 namespace collectives {
 
@@ -23,10 +25,19 @@ namespace collectives {
 // its cores).
 void SetWaitSpinAllowed(bool allowed);
 
-// True when the threads ready to run, besides the caller, fill every core (the kernel's
-// instantaneous count, the 4th field of /proc/loadavg). Cached for 20 ms: a read costs
-// microseconds.
+// True when the threads ready to run, besides the caller and the threads of this host's ranks
+// that are only waiting (in a spin or yield phase), fill every core: the kernel's instantaneous
+// count (the 4th field of /proc/loadavg) minus the host's waiting threads. Without that
+// subtraction our own waits made a quiet machine look full: 2 ranks each with a yielding thread
+// besides the one reducing count 4 on 2 cores, and the waits then slept early, which slowed the
+// 161 ResNet-50 gradients from 0.96-1.0x raw MPI's time to 1.15-1.19x. Cached for 20 ms: a read
+// costs microseconds.
 bool MachineOversubscribed();
+
+// Once, at engine setup: the count of this host's waiting threads, in memory shared by the
+// host's ranks (shared_segment.h); null: this process's own only. The memory is never unmapped
+// (a thread of the process may be inside a wait when the engine stops; a re-init maps another).
+void SetHostWaiters(std::atomic<int32_t>* counter);
 
 struct WaitPhases {
   std::chrono::nanoseconds spin{0};                  // pure polling, where allowed
@@ -45,6 +56,9 @@ struct WaitPhases {
 class Waiter {
  public:
   explicit Waiter(const WaitPhases& phases);
+  ~Waiter();
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
   // Gives the core away as the current phase says. False when the phases are over (a policy
   // without sleep): the caller should block another way.
   bool Pause();
@@ -57,6 +71,9 @@ class Waiter {
   unsigned pauses_ = 0;
   bool spinning_ = false;
   bool sleeping_ = false;
+  std::atomic<int32_t>* counted_ = nullptr;  // the host's waiters, while this one spins or yields
+
+  void Uncount();
 };
 
 }  // namespace collectives

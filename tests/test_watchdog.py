@@ -196,5 +196,8 @@ def test_the_exit_status_is_the_jobs_own():
     run, _ = launch(COLLECTIVESRUN + ["-np", 2, sys.executable, "-c", "import sys; sys.exit(3)"], token, timeout=60)
     assert run.returncode == 3, run.describe()
     assert "collectivesrun: error" not in run.stderr, run.describe()
-    run, _ = launch(COLLECTIVESRUN + ["-np", 2, sys.executable, "-c", "print('fine')"], token, timeout=60)
+    # One write(2) per rank: the ranks share mpirun's stdout and PYTHONUNBUFFERED makes print() write
+    # "fine" and "\n" separately, which two ranks may interleave.
+    run, _ = launch(COLLECTIVESRUN + ["-np", 2, sys.executable, "-c", "import os; os.write(1, b'fine\\n')"],
+                    token, timeout=60)
     assert (run.returncode, run.stdout, run.stderr.strip()) == (0, "fine\nfine\n", "")
