@@ -25,10 +25,15 @@ constexpr double kSlowBytesPerMicrosecond = 2000.0;  // 2 GB/s
 WaitPhases PhasesFor(int64_t bytes) {
   WaitPhases p;
   p.spin = std::chrono::microseconds(50);
-  p.yield = kYieldBase + std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(bytes) / kSlowBytesPerMicrosecond));
+  const auto transfer = std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(bytes) / kSlowBytesPerMicrosecond));
+  p.yield = kYieldBase + transfer;
   // A machine whose cores are all taken: a yield loop there keeps taking a contended core (see
-  // wait_policy.h), so the wait blocks in the kernel after a few yields.
-  p.yield_oversubscribed = std::chrono::microseconds(20);
+  // wait_policy.h), so the wait blocks in the kernel after a few yields, but not while the data
+  // itself could still be moving: MPICH moves a transfer only inside MPI calls, so a rank asleep
+  // between protocol steps holds its peer back. With 20 us here for every size, the gradients'
+  // allreduces of an MLP step overlapping its backward pass on 2 busy cores slept between steps,
+  // and the step's overhead over no communication went from 6.1 to 9.6 ms (the peer kit).
+  p.yield_oversubscribed = std::chrono::microseconds(20) + transfer;
   // The sleeps' bound is the most a sleeping rank delays a peer that arrives late, per protocol
   // step (MPICH has no progress thread here: a nonblocking collective moves only inside MPI calls).
   p.first_sleep = std::chrono::microseconds(20);
