@@ -18,7 +18,9 @@ PARTS = ["allreduce", "float", "join"]
 
 
 def shm_files():
-    return set(glob.glob("/dev/shm/collectives-shm-*"))
+    # Every segment the engine maps (csrc/shared_segment.cc): the allreduce's slots and the
+    # host's count of waiting threads.
+    return set(glob.glob("/dev/shm/collectives-*"))
 
 
 def test_results_match_numpy_and_the_mpi_path():
