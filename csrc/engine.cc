@@ -11,7 +11,6 @@
 
 #include "gpu_loader.h"
 #include "log.h"
-#include "mpi_wait.h"
 #include "shared_segment.h"
 #include "wait_policy.h"
 #include "rank_agreement.h"
@@ -152,7 +151,7 @@ Status Engine::Setup(MPI_Comm comm) {
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
   spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
-  SetMpiWaitSpin(spin_);
+  SetWaitSpinAllowed(spin_);
   {
     // The host's count of waiting threads, which the waiting policy subtracts from the machine's
     // load (wait_policy.h). Never unmapped: a user thread may be inside a wait when the engine

@@ -31,8 +31,9 @@ WaitPhases PhasesFor(int64_t bytes) {
   // wait_policy.h), so the wait blocks in the kernel after a few yields, but not while the data
   // itself could still be moving: MPICH moves a transfer only inside MPI calls, so a rank asleep
   // between protocol steps holds its peer back. With 20 us here for every size, the gradients'
-  // allreduces of an MLP step overlapping its backward pass on 2 busy cores slept between steps,
-  // and the step's overhead over no communication went from 6.1 to 9.6 ms (the peer kit).
+  // allreduces of an MLP step overlapping its backward pass on 2 busy cores slept between steps:
+  // the step's overhead over no communication was 9.6 ms against 6.75 ms with this (medians of 3
+  // peer_bench runs; round 1's engine: 6.1 ms; noisy: a later kit run measured 9.3 ms with this).
   p.yield_oversubscribed = std::chrono::microseconds(20) + transfer;
   // The sleeps' bound is the most a sleeping rank delays a peer that arrives late, per protocol
   // step (MPICH has no progress thread here: a nonblocking collective moves only inside MPI calls).
@@ -48,8 +49,6 @@ int TypeBytes(MPI_Datatype type) {
 }
 
 }  // namespace
-
-void SetMpiWaitSpin(bool spin) { SetWaitSpinAllowed(spin); }
 
 void SetWaitAbort(const std::atomic<bool>* abort) { t_abort = abort; }
 

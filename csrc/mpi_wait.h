@@ -19,10 +19,6 @@
 
 namespace collectives {
 
-// Once, at engine setup: whether waits may start with a pure spin (false when the ranks on this
-// machine outnumber its cores). The same as SetWaitSpinAllowed (wait_policy.h), for every wait.
-void SetMpiWaitSpin(bool spin);
-
 // This thread's waits give up, returning MPI_ERR_OTHER with the request left behind, once *abort
 // turns true (null: never). A caller running the engine's cycle (engine_inline.cc) sets it, so that
 // when the watchdog fires it returns to raise the watchdog's error instead of staying in MPI.
