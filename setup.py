@@ -117,6 +117,7 @@ SOURCES = [
     "coordinator.cc",
     "device_execution.cc",
     "dlpack_export.cc",
+    "doorbell.cc",
     "engine.cc",
     "engine_wake.cc",
     "engine_autotune.cc",

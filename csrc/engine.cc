@@ -165,6 +165,11 @@ Status Engine::Setup(MPI_Comm comm) {
     if (mapped == nullptr) Log(LogLevel::INFO, "waiting threads counted per process only: " + why);
     SetHostWaiters(static_cast<std::atomic<int32_t>*>(mapped));
   }
+  setup_step_ = "the doorbells in shared memory (needs every rank on this host)";
+  {
+    Status rung = bell_.Init(comm_, local_comm_);
+    if (!rung.ok()) return rung;
+  }
   setup_step_ = "the engine's setup after MPI_Comm_dup";
   Status st = backend_.Init();
   if (!st.ok()) return st;
@@ -288,7 +293,7 @@ void Engine::Shutdown(bool process_exiting) {
     shutdown_requested_ = true;
     if (process_exiting) process_exiting_ = true;
   }
-  work_cv_.notify_all();
+  bell_.RingOwn();
   // Only one caller joins; the others find the thread gone.
   static std::mutex join_mu;
   std::lock_guard<std::mutex> lock(join_mu);
@@ -365,7 +370,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   if (caller_waits && CallerMayRunCycles())
     claimed_ += subs.size();
   else
-    work_cv_.notify_one();
+    bell_.RingOwn();
   return Status::Ok();
 }
 
@@ -412,7 +417,7 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
   }
   if (!any) return;
   submissions_.fetch_add(1);
-  work_cv_.notify_one();
+  bell_.RingOwn();
 }
 
 void Engine::CompleteHandle(int64_t handle, Result&& result) { handles_.Complete(handle, std::move(result)); }

@@ -25,6 +25,7 @@
 #include "autotune.h"
 #include "buffer_pool.h"
 #include "coordinator.h"
+#include "doorbell.h"
 #include "gpu_runtime.h"
 #include "handle_table.h"
 #include "fused_negotiation.h"
@@ -180,7 +181,10 @@ class Engine {
   // released while it sleeps. `until`: a caller running cycles (engine_inline.cc) gives up then.
   void WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until = Clock::time_point::max());
   bool PollWake();
+  bool PeerStarted();  // a peer started the cycle we are to run next (doorbell or MPI message)
   void SendWake();
+  Clock::duration CycleTime() const;
+  Clock::duration NextCycleInterval() const;  // from the last cycle's start to the next's, while active
   void CompleteHandle(int64_t handle, Result&& result);
   void QualifyName(Request* q);
   // Queues error submissions (request.failure set, no handle); mu_ held.
@@ -274,10 +278,13 @@ class Engine {
   // microseconds on a VM) when a core is free for it; off when ranks oversubscribe the cores.
   bool spin_ = false;
   std::atomic<uint64_t> submissions_{0};  // bumped by Enqueue
+  // Where the threads that start cycles sleep between them, woken by our own submissions and by
+  // the peers on this host that start a cycle (doorbell.h). Rung after the state it announces
+  // changed (under mu_ or atomically), so a sleeper that read Seen() before looking misses none.
+  Doorbell bell_;
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
-  std::condition_variable work_cv_;
   std::vector<Pending> incoming_;
   // How many of incoming_'s last entries a waiting caller will run the cycle for: the engine
   // thread does not start a cycle for them (it would win the race to the cycle). Zero again once
@@ -321,6 +328,10 @@ class Engine {
   std::unique_ptr<ResponseCache> cache_;
   std::unique_ptr<Coordinator> coordinator_;
   uint64_t cycle_ = 0;  // cycles completed; identical on every rank
+  // Cycles in a row in which nothing happened anywhere (no submission, no result); the same on
+  // every rank. The next cycle is due after 2^min(this, kQuietDoublings) cycle times.
+  int quiet_cycles_ = 0;
+  static constexpr int kQuietDoublings = 5;
   Clock::time_point last_cycle_start_;
   int64_t wake_buf_ = 0;
   MPI_Request wake_recv_ = MPI_REQUEST_NULL;

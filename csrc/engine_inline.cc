@@ -26,7 +26,7 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout)
       std::lock_guard<std::mutex> lock(mu_);
       claimed_ = 0;
     }
-    work_cv_.notify_one();
+    bell_.RingOwn();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     done = handles_.Wait(handle, first && spin_, std::max(left, std::chrono::milliseconds(0)));
   }
@@ -61,7 +61,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
     left = left || incoming_.size() > claimed_;
   }
   cycle.unlock();
-  if (left) work_cv_.notify_one();
+  if (left) bell_.RingOwn();
   return handles_.Poll(handle);
 }
 

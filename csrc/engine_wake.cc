@@ -1,79 +1,106 @@
-// Between cycles: waiting for work (our own submissions or a peer's wake message), and waking
-// the peers when our own work starts a cycle.
+// Between cycles: waiting for work (our own submissions, or a peer that starts a cycle: its ring
+// on the doorbell from this host, its wake message from another), and waking the peers when our
+// own work (or the deadline) starts a cycle.
 #include "engine.h"
 #include "spin.h"
 
 namespace collectives {
 namespace {
 
-// How often a waiting engine thread checks for a peer's wake message. Active: some rank
-// has work in flight, so answer quickly. Idle: nothing anywhere; a peer's wake matters only
-// when that peer is ahead of us, and our own submissions wake us at once.
+// How often a waiting thread checks for the wake messages of peers on other hosts (the doorbell
+// needs no polling). Active: some rank has work in flight, so answer quickly. Idle: nothing
+// anywhere; a peer's wake matters only when that peer is ahead of us, and our own submissions
+// wake us at once. kIdlePoll is also how often the engine thread looks while its callers run the
+// cycles.
 constexpr auto kActivePoll = std::chrono::microseconds(100);
 constexpr auto kIdlePoll = std::chrono::milliseconds(2);
+// Sleeps on the doorbell end at least this often, as a safety net.
+constexpr auto kLongestSleep = std::chrono::milliseconds(100);
 
 }  // namespace
 
 void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until) {
   const bool caller = until != Clock::time_point::max();  // engine_inline.cc; else the engine thread
-  bool local = false;
+  bool start_others = false;  // this rank starts the cycle: ring the others, who may be asleep
   while (!cycles_over_) {
+    // Read before looking at anything a ring announces (doorbell.h): a ring after this look
+    // ends the sleep below at once.
+    const uint32_t seen = bell_.Seen();
     // Computed afresh each time: a caller may have run cycles while this thread slept.
     const bool active = active_;
-    const auto deadline =
-        active ? last_cycle_start_ + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double, std::milli>(config_.cycle_time_ms))
-               : Clock::time_point::max();
-    const auto poll = active ? Clock::duration(kActivePoll) : Clock::duration(kIdlePoll);
+    const auto deadline = active ? last_cycle_start_ + NextCycleInterval() : Clock::time_point::max();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (incoming_.size() > claimed_ || shutdown_requested_) {
-        local = true;
+        start_others = true;
         break;
       }
     }
-    if (PollWake()) {
+    if (PeerStarted()) {
       // A peer started the cycle; our own submission is often microseconds behind. Give it
       // a moment so that it joins this cycle instead of needing the next one.
       if (spin_) {
-        const uint64_t seen = submissions_.load();
-        SpinFor([&] { return submissions_.load() != seen; });
+        const uint64_t submitted = submissions_.load();
+        SpinFor([&] { return submissions_.load() != submitted; });
       }
       break;
     }
     const auto now = Clock::now();
-    if (now >= deadline || now >= until) break;
+    if (now >= until) break;
+    if (now >= deadline) {
+      start_others = true;
+      break;
+    }
     if (caller && spin_ && active) {
       // A caller waiting for a peer (engine_inline.cc) has nothing else to do: watch for the
-      // peer's wake for a moment rather than sleep a poll interval past it.
+      // peer's start for a moment rather than sleep past it.
       bool woke = false;
-      const uint64_t seen = submissions_.load();
+      const uint64_t submitted = submissions_.load();
       SpinFor([&] {
-        woke = PollWake();
-        return woke || submissions_.load() != seen;
+        woke = bell_.Seen() != seen || (bell_.HasMpiPeers() && PollWake());
+        return woke || submissions_.load() != submitted;
       });
-      if (woke) break;
+      if (woke) continue;
     }
     // Not holding the cycle while waiting lets a caller run it (engine_inline.cc). While callers
-    // run the cycles, this thread neither spins nor polls for wakes between cycles (its own
-    // callers answer them): it would take a core from them at every submission.
+    // run the cycles, this thread neither spins nor listens for the peers between cycles (its own
+    // callers answer them): it would take a core from them at every submission. It still runs
+    // a cycle at the deadline (or after an idle poll), in case no caller is left to.
     const bool callers = caller_ran_last_ && !caller;
     cycle.unlock();
     bool submitted = false;
     if (spin_ && active && !caller && !callers) {
-      const uint64_t seen = submissions_.load();
-      submitted = SpinFor([&] { return submissions_.load() != seen; });
+      const uint64_t before = submissions_.load();
+      submitted = SpinFor([&] { return submissions_.load() != before; });
     }
     if (!submitted) {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto wake_at = (deadline - now < poll || (callers && active)) ? deadline : now + poll;
-      if (until < wake_at) wake_at = until;
-      work_cv_.wait_until(lock, wake_at, [this] { return incoming_.size() > claimed_ || shutdown_requested_; });
+      auto wake_at = std::min(deadline, until);
+      if (callers)
+        wake_at = std::min(wake_at, now + (active ? CycleTime() : Clock::duration(kIdlePoll)));
+      else if (bell_.HasMpiPeers())  // peers on other hosts wake us only by messages: poll for them
+        wake_at = std::min(wake_at, now + (active ? Clock::duration(kActivePoll) : Clock::duration(kIdlePoll)));
+      bell_.Sleep(seen, std::min(wake_at, now + kLongestSleep), /*hear_peers=*/!callers);
     }
     cycle.lock();
   }
-  // Our own work starts the cycle: tell the others, who may be idle, to join it now.
-  if (local && !cycles_over_) SendWake();
+  if (start_others && !cycles_over_) SendWake();
+}
+
+bool Engine::PeerStarted() {
+  // Both, always: PollWake also completes our own wake sends.
+  const bool by_message = PollWake();
+  return bell_.PeerStarted(cycle_) || by_message;
+}
+
+auto Engine::CycleTime() const -> Clock::duration {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+}
+
+auto Engine::NextCycleInterval() const -> Clock::duration {
+  // After cycles in which nothing happened anywhere (some rank waits for the others' submissions,
+  // which will start a cycle themselves), the next one is due later and later: 2, 4 ... 32 cycle
+  // times. Such cycles only look for stalls and anything a submission did not announce.
+  return CycleTime() * (1 << std::min(quiet_cycles_, kQuietDoublings));
 }
 
 bool Engine::PollWake() {
@@ -98,6 +125,10 @@ bool Engine::PollWake() {
 void Engine::SendWake() {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
+    if (bell_.RingsPeer(peer)) {
+      bell_.RingPeer(peer, cycle_);
+      continue;
+    }
     std::unique_ptr<int64_t> value(new int64_t(static_cast<int64_t>(cycle_)));
     MPI_Request req;
     MPI_Isend(value.get(), 1, MPI_INT64_T, peer, kWakeTag, comm_, &req);

@@ -40,7 +40,7 @@ void Engine::OnBackendStall(const std::string& message) {
   }
   handles_.FailUndone(st);
   abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
-  work_cv_.notify_all();
+  bell_.RingOwn();
 }
 
 }  // namespace collectives

@@ -21,6 +21,7 @@ constexpr uint64_t kFlagShutdown = 1;  // some rank asked to shut down
 constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs phase 2
 constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
 constexpr uint64_t kFlagJoined = 8;    // some rank has called join() (which has not completed)
+constexpr uint64_t kFlagNews = 16;     // some rank brings something new (not a quiet cycle)
 
 bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 
@@ -213,6 +214,8 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
   if (!pending_.empty() || !held_.empty()) flags |= kFlagPending;
   if (joined_) flags |= kFlagJoined;
+  if (!fresh.empty() || !held_.empty() || !to_report_.empty() || !invalid.empty() || coordinator_due)
+    flags |= kFlagNews;
   v[0] = ~flags;
   uint64_t* ready = v.data() + 1;
   uint64_t* valid = v.data() + 1 + words;
@@ -309,6 +312,8 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     }
   }
   *active = (global_flags & kFlagPending) != 0;
+  const bool quiet = !(global_flags & (kFlagNews | kFlagUncached | kFlagJoined)) && responses.empty() && fused_bit < 0;
+  quiet_cycles_ = quiet ? quiet_cycles_ + 1 : 0;
 
   if (list.shutdown) {
     Log(LogLevel::ERROR, "shutting down after a stall: " + list.shutdown_reason);
