@@ -34,7 +34,12 @@ from common import Checker, rank_input
 from robust_util import log
 
 F32 = np.float32
-LATE_S = 1.5  # how long the late rank waits before submitting
+# How long the late rank waits before submitting. The bounds on how soon a signal handler runs
+# are a fraction of it (a handler that ran only when the wait ended would run after LATE_S), and
+# generous: on a loaded CI machine a KeyboardInterrupt once arrived 1.24 s after its wait began
+# (SIGINT at 0.3 s) against a bound of 0.55 s, with LATE_S 1.5.
+LATE_S = 3.0
+HANDLER_BOUND_S = 1.0  # after the signal
 
 
 class Interrupted(Exception):
@@ -107,7 +112,7 @@ def raising_alarm(handle, check):
             pass
         latency = fired[0] - due
         log(f"SIGALRM handler ran {latency * 1000:.0f} ms after the signal")
-        assert latency < 0.25, f"the handler ran {latency * 1000:.0f} ms after the signal"
+        assert latency < HANDLER_BOUND_S, f"the handler ran {latency * 1000:.0f} ms after the signal"
         assert not hvd.poll(handle), "the handle completed although the late rank has not submitted"
         check(hvd.synchronize(handle))  # the interrupted handle is still valid
         check(hvd.synchronize(handle))  # and keeps its result
@@ -141,7 +146,7 @@ def keyboard_interrupt(handle, check):
     finally:
         timer.join()
     log(f"KeyboardInterrupt after {elapsed:.2f} s (SIGINT at 0.30 s)")
-    assert elapsed < 0.55, f"KeyboardInterrupt only after {elapsed:.2f} s"
+    assert elapsed < 0.3 + HANDLER_BOUND_S, f"KeyboardInterrupt only after {elapsed:.2f} s (late rank at {LATE_S} s)"
     check(hvd.synchronize(handle))
 
 
