@@ -74,6 +74,7 @@ void Doorbell::Sleep(uint32_t seen, std::chrono::steady_clock::time_point until,
   // the count (both sequentially consistent): either the ringer sees this sleeper and wakes it,
   // or this sleeper sees the new count and does not sleep.
   mine_->sleepers.fetch_add(1);
+  if (hear_peers) mine_->listeners.fetch_add(1);
   if (mine_->count.load() == seen) {
     timespec ts;
     ts.tv_sec = static_cast<time_t>(ns / 1000000000);
@@ -81,22 +82,25 @@ void Doorbell::Sleep(uint32_t seen, std::chrono::steady_clock::time_point until,
     // Returns on a ring it hears, at `until`, or on a signal.
     Futex(&mine_->count, FUTEX_WAIT_BITSET, seen, &ts, hear_peers ? (kPeerRing | kOwnRing) : kOwnRing);
   }
+  if (hear_peers) mine_->listeners.fetch_sub(1);
   mine_->sleepers.fetch_sub(1);
 }
 
-void Doorbell::Ring(Bell* bell, uint32_t wakes) {
+void Doorbell::Ring(Bell* bell, uint32_t wakes, const std::atomic<uint32_t>& waiting) {
   bell->count.fetch_add(1);
-  if (bell->sleepers.load() > 0) Futex(&bell->count, FUTEX_WAKE_BITSET, INT_MAX, nullptr, wakes);
+  if (waiting.load() > 0) Futex(&bell->count, FUTEX_WAKE_BITSET, INT_MAX, nullptr, wakes);
 }
 
-void Doorbell::RingOwn() { Ring(mine_, kOwnRing | kPeerRing); }
+void Doorbell::RingOwn() { Ring(mine_, kOwnRing | kPeerRing, mine_->sleepers); }
 
 void Doorbell::RingPeer(int rank, uint64_t cycle) {
   Bell* bell = &bells_[local_index_[static_cast<size_t>(rank)]];
   uint64_t seen = bell->announced.load();
   while (seen < cycle && !bell->announced.compare_exchange_weak(seen, cycle)) {
   }
-  Ring(bell, kPeerRing);
+  // Only sleepers that hear peers can be woken: while a rank's callers run its cycles, its engine
+  // thread sleeps deaf to them, and each synchronous call would otherwise cost a system call here.
+  Ring(bell, kPeerRing, bell->listeners);
 }
 
 bool Doorbell::PeerStarted(uint64_t cycle) const { return mine_->announced.load() >= cycle; }

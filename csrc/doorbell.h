@@ -57,11 +57,12 @@ class Doorbell {
 
  private:
   struct alignas(64) Bell {
-    std::atomic<uint32_t> count;     // the futex word: bumped by each ring
-    std::atomic<uint32_t> sleepers;  // threads in Sleep: a ring with none makes no system call
-    std::atomic<uint64_t> announced; // the highest cycle a peer said it is starting
+    std::atomic<uint32_t> count;      // the futex word: bumped by each ring
+    std::atomic<uint32_t> sleepers;   // threads in Sleep: a ring with none makes no system call
+    std::atomic<uint32_t> listeners;  // those of them that hear the peers' rings (the same, for those)
+    std::atomic<uint64_t> announced;  // the highest cycle a peer said it is starting
   };
-  static void Ring(Bell* bell, uint32_t wakes);
+  static void Ring(Bell* bell, uint32_t wakes, const std::atomic<uint32_t>& waiting);
 
   Bell own_{};                  // used when the host's bells could not be mapped
   Bell* bells_ = nullptr;       // one per local rank, in shared memory; null: none

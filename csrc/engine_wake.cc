@@ -64,8 +64,9 @@ void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point
     }
     // Not holding the cycle while waiting lets a caller run it (engine_inline.cc). While callers
     // run the cycles, this thread neither spins nor listens for the peers between cycles (its own
-    // callers answer them): it would take a core from them at every submission. It still runs
-    // a cycle at the deadline (or after an idle poll), in case no caller is left to.
+    // callers answer them): it would take a core from them at every submission. It still looks
+    // after a poll interval, and when nobody rang in that interval (no caller is running cycles
+    // any more) it listens again, so that an idle rank does not wake every poll interval.
     const bool callers = caller_ran_last_ && !caller;
     cycle.unlock();
     bool submitted = false;
@@ -82,13 +83,16 @@ void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point
       bell_.Sleep(seen, std::min(wake_at, now + kLongestSleep), /*hear_peers=*/!callers);
     }
     cycle.lock();
+    if (callers && bell_.Seen() == seen) caller_ran_last_ = false;
   }
   if (start_others && !cycles_over_) SendWake();
 }
 
 bool Engine::PeerStarted() {
-  // Both, always: PollWake also completes our own wake sends.
-  const bool by_message = PollWake();
+  // Both, always, where some peer is reached by messages: PollWake also completes our own wake
+  // sends. Where none is, nothing is sent or received, and an MPI_Test (which runs MPICH's
+  // progress engine) per look would be wasted.
+  const bool by_message = bell_.HasMpiPeers() && PollWake();
   return bell_.PeerStarted(cycle_) || by_message;
 }
 

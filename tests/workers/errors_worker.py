@@ -254,14 +254,28 @@ def local_cases(r, n, chk):
             np.testing.assert_array_equal(out, np.full(4, n * i, f32))
     chk.check("duplicate allreduce_async name", duplicate_allreduce)
 
-    def duplicate_across_ops():
-        first = hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.mixed")
-        try:
-            hvd.broadcast_async(np.ones(2, f32), 0, name="dup.mixed")
-        except hvd.DuplicateNameError:
-            pass
+    def gated(gate, submit_first, submit_duplicate, what):
+        """As above: rank 0 submits its first request and then the duplicate, which must raise
+        DuplicateNameError, before the other ranks submit theirs (at a gate it opens afterwards).
+        Returns the first request's handle."""
+        if r == 0:
+            first = submit_first()
+            try:
+                submit_duplicate()
+            except hvd.DuplicateNameError:
+                pass
+            else:
+                raise AssertionError(what)
+            hvd.broadcast_object("open", root_rank=0, name=gate)
         else:
-            raise AssertionError("broadcast_async reusing an in-flight allreduce name did not raise")
+            assert hvd.broadcast_object(None, root_rank=0, name=gate) == "open"
+            first = submit_first()
+        return first
+
+    def duplicate_across_ops():
+        first = gated("dup.mixed.gate", lambda: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.mixed"),
+                      lambda: hvd.broadcast_async(np.ones(2, f32), 0, name="dup.mixed"),
+                      "broadcast_async reusing an in-flight allreduce name did not raise")
         out = wait(first, 30, "dup.mixed")
         np.testing.assert_array_equal(out, np.full(2, n, f32))
         out = wait(hvd.broadcast_async(np.full(2, r, f32), 0, name="dup.mixed"), 30, "dup.mixed as broadcast")
@@ -269,13 +283,10 @@ def local_cases(r, n, chk):
     chk.check("duplicate name across op types", duplicate_across_ops)
 
     def duplicate_grouped():
-        first = hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
-        try:
-            hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
-        except hvd.DuplicateNameError:
-            pass
-        else:
-            raise AssertionError("a second grouped allreduce with the same name in flight did not raise")
+        def group():
+            return hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
+        first = gated("dup.group.gate", group, group,
+                      "a second grouped allreduce with the same name in flight did not raise")
         outs = wait(first, 30, "dup.group")
         np.testing.assert_array_equal(outs[0], np.full(2, n, f32))
         np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
@@ -286,13 +297,10 @@ def local_cases(r, n, chk):
 
     def duplicate_rejected_atomically():
         # A group with one name in flight is rejected as a whole: none of it is queued.
-        first = hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.1")
-        try:
-            hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum, name="dup.atomic")
-        except hvd.DuplicateNameError:
-            pass
-        else:
-            raise AssertionError("group containing an in-flight name did not raise")
+        first = gated("dup.atomic.gate", lambda: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.1"),
+                      lambda: hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum,
+                                                          name="dup.atomic"),
+                      "group containing an in-flight name did not raise")
         wait(first, 30, "dup.atomic.1")
         # dup.atomic.0 was not left in flight by the rejected group.
         out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.0"), 30, "dup.atomic.0")
