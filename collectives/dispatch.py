@@ -11,10 +11,13 @@ import functools
 import importlib
 import inspect
 
+import numpy as np
+
 from . import handles as _handles
 from . import ops as _core
 from .arrays import register_dlpack_importer
 
+_ndarray = np.ndarray
 _ADAPTERS = {"torch": "collectives.adapters.torch.mpi_ops", "tensorflow": "collectives.adapters.tensorflow.mpi_ops",
              "keras": "collectives.adapters.tensorflow.mpi_ops"}
 
@@ -59,6 +62,8 @@ def _dispatching(core_fn):
 
     @functools.wraps(core_fn)
     def verb(*args, **kwargs):
+        if args and type(args[0]) is _ndarray:  # the common case, before anything that allocates
+            return core_fn(*args, **kwargs)
         framework = framework_of(args[0] if args else kwargs.get(first))
         if framework is None:  # the common numpy case pays only for this check
             return core_fn(*args, **kwargs)
