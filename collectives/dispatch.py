@@ -65,7 +65,7 @@ def _dispatching(core_fn):
         if args and type(args[0]) is _ndarray:  # the common case, before anything that allocates
             return core_fn(*args, **kwargs)
         framework = framework_of(args[0] if args else kwargs.get(first))
-        if framework is None:  # the common numpy case pays only for this check
+        if framework is None:  # other arrays (CuPy, DLPack producers, buffer-protocol objects)
             return core_fn(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         target = getattr(_adapter(framework), core_fn.__name__, None)

@@ -9,7 +9,6 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>

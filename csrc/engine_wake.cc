@@ -54,13 +54,16 @@ void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point
     if (caller && spin_ && active) {
       // A caller waiting for a peer (engine_inline.cc) has nothing else to do: watch for the
       // peer's start for a moment rather than sleep past it.
-      bool woke = false;
+      // A wake message is consumed by the look that finds it: act on it here (the loop's next
+      // look would not see it again). A ring is looked at again at the loop's top.
+      bool by_message = false;
       const uint64_t submitted = submissions_.load();
       SpinFor([&] {
-        woke = bell_.Seen() != seen || (bell_.HasMpiPeers() && PollWake());
-        return woke || submissions_.load() != submitted;
+        by_message = bell_.HasMpiPeers() && PollWake();
+        return by_message || bell_.Seen() != seen || submissions_.load() != submitted;
       });
-      if (woke) continue;
+      if (by_message) break;
+      if (bell_.Seen() != seen) continue;
     }
     // Not holding the cycle while waiting lets a caller run it (engine_inline.cc). While callers
     // run the cycles, this thread neither spins nor listens for the peers between cycles (its own

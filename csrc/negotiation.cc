@@ -214,8 +214,8 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
   if (!pending_.empty() || !held_.empty()) flags |= kFlagPending;
   if (joined_) flags |= kFlagJoined;
-  if (!fresh.empty() || !held_.empty() || !to_report_.empty() || !invalid.empty() || coordinator_due)
-    flags |= kFlagNews;
+  // (What phase 2 carries, to_report_ and the coordinator's check, is news too: kFlagUncached.)
+  if (!fresh.empty() || !held_.empty() || !invalid.empty()) flags |= kFlagNews;
   v[0] = ~flags;
   uint64_t* ready = v.data() + 1;
   uint64_t* valid = v.data() + 1 + words;
