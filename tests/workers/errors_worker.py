@@ -227,84 +227,81 @@ def local_cases(r, n, chk):
     f32 = np.float32
 
     # --- duplicate names in flight
+    def in_turn(base, first, duplicate, what, check_error=lambda error, name: None):
+        """Each rank in turn submits ``first(name)`` under ``base.<turn>`` and then
+        ``duplicate(name)``, which must raise DuplicateNameError (``check_error`` looks at it),
+        before the other ranks submit theirs: they wait at a gate that rank opens afterwards (a
+        rank whose peers had all submitted could see its first request complete in between).
+        Yields (name, the first request's handle) per turn, on every rank."""
+        for turn in range(n):
+            name = f"{base}.{turn}"
+            if r == turn:
+                handle = first(name)
+                try:
+                    try:
+                        duplicate(name)
+                    except hvd.DuplicateNameError as e:
+                        check_error(e, name)
+                    else:
+                        raise AssertionError(f"{what} (rank {r})")
+                finally:  # the others must not wait at the gate for a rank whose check failed
+                    hvd.broadcast_object("open", root_rank=turn, name=f"{name}.gate")
+            else:
+                assert hvd.broadcast_object(None, root_rank=turn, name=f"{name}.gate") == "open"
+                handle = first(name)
+            yield name, handle
+
     def duplicate_allreduce():
         x = np.full(4, r + 1, f32)
-        # Only rank 0 can be sure its first request is still in flight when it submits the name
-        # again: the other ranks submit theirs after a gate that rank 0 opens afterwards (a rank
-        # whose peers had all submitted could see the first complete in between).
-        if r == 0:
-            first = hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
-            try:
-                hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
-            except hvd.DuplicateNameError as e:
-                assert isinstance(e, ValueError), type(e).__mro__
-                assert isinstance(e, hvd.InvalidArgumentError)
-                assert "dup.x" in str(e), str(e)
-            else:
-                raise AssertionError("second allreduce_async with a name in flight did not raise DuplicateNameError")
-            hvd.broadcast_object("open", root_rank=0, name="dup.gate")
-        else:
-            assert hvd.broadcast_object(None, root_rank=0, name="dup.gate") == "open"
-            first = hvd.allreduce_async(x, op=hvd.Sum, name="dup.x")
-        out = wait(first, 30, "first dup.x")
-        np.testing.assert_array_equal(out, np.full(4, n * (n + 1) / 2, f32))
-        # Once synchronized, the name can be used again (several times).
-        for i in range(3):
-            out = wait(hvd.allreduce_async(np.full(4, i, f32), op=hvd.Sum, name="dup.x"), 30, "dup.x reuse")
-            np.testing.assert_array_equal(out, np.full(4, n * i, f32))
+
+        def typed(e, name):
+            assert isinstance(e, ValueError), type(e).__mro__
+            assert isinstance(e, hvd.InvalidArgumentError)
+            assert name in str(e), str(e)
+        for name, first in in_turn("dup.x", lambda name: hvd.allreduce_async(x, op=hvd.Sum, name=name),
+                                   lambda name: hvd.allreduce_async(x, op=hvd.Sum, name=name),
+                                   "second allreduce_async with a name in flight did not raise DuplicateNameError",
+                                   typed):
+            out = wait(first, 30, f"first {name}")
+            np.testing.assert_array_equal(out, np.full(4, n * (n + 1) / 2, f32))
+            # Once synchronized, the name can be used again (several times).
+            for i in range(3):
+                out = wait(hvd.allreduce_async(np.full(4, i, f32), op=hvd.Sum, name=name), 30, f"{name} reuse")
+                np.testing.assert_array_equal(out, np.full(4, n * i, f32))
     chk.check("duplicate allreduce_async name", duplicate_allreduce)
 
-    def gated(gate, submit_first, submit_duplicate, what):
-        """As above: rank 0 submits its first request and then the duplicate, which must raise
-        DuplicateNameError, before the other ranks submit theirs (at a gate it opens afterwards).
-        Returns the first request's handle."""
-        if r == 0:
-            first = submit_first()
-            try:
-                submit_duplicate()
-            except hvd.DuplicateNameError:
-                pass
-            else:
-                raise AssertionError(what)
-            hvd.broadcast_object("open", root_rank=0, name=gate)
-        else:
-            assert hvd.broadcast_object(None, root_rank=0, name=gate) == "open"
-            first = submit_first()
-        return first
-
     def duplicate_across_ops():
-        first = gated("dup.mixed.gate", lambda: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.mixed"),
-                      lambda: hvd.broadcast_async(np.ones(2, f32), 0, name="dup.mixed"),
-                      "broadcast_async reusing an in-flight allreduce name did not raise")
-        out = wait(first, 30, "dup.mixed")
-        np.testing.assert_array_equal(out, np.full(2, n, f32))
-        out = wait(hvd.broadcast_async(np.full(2, r, f32), 0, name="dup.mixed"), 30, "dup.mixed as broadcast")
-        np.testing.assert_array_equal(out, np.zeros(2, f32))
+        for name, first in in_turn("dup.mixed", lambda name: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=name),
+                                   lambda name: hvd.broadcast_async(np.ones(2, f32), 0, name=name),
+                                   "broadcast_async reusing an in-flight allreduce name did not raise"):
+            out = wait(first, 30, name)
+            np.testing.assert_array_equal(out, np.full(2, n, f32))
+            out = wait(hvd.broadcast_async(np.full(2, r, f32), 0, name=name), 30, f"{name} as broadcast")
+            np.testing.assert_array_equal(out, np.zeros(2, f32))
     chk.check("duplicate name across op types", duplicate_across_ops)
 
     def duplicate_grouped():
-        def group():
-            return hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group")
-        first = gated("dup.group.gate", group, group,
-                      "a second grouped allreduce with the same name in flight did not raise")
-        outs = wait(first, 30, "dup.group")
-        np.testing.assert_array_equal(outs[0], np.full(2, n, f32))
-        np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
-        outs = wait(hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name="dup.group"),
-                    30, "dup.group reuse")
-        np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
+        def group(name):
+            return hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(3, f32)], op=hvd.Sum, name=name)
+        for name, first in in_turn("dup.group", group, group,
+                                   "a second grouped allreduce with the same name in flight did not raise"):
+            outs = wait(first, 30, name)
+            np.testing.assert_array_equal(outs[0], np.full(2, n, f32))
+            np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
+            outs = wait(group(name), 30, f"{name} reuse")
+            np.testing.assert_array_equal(outs[1], np.full(3, n, f32))
     chk.check("duplicate grouped allreduce name", duplicate_grouped)
 
     def duplicate_rejected_atomically():
         # A group with one name in flight is rejected as a whole: none of it is queued.
-        first = gated("dup.atomic.gate", lambda: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.1"),
-                      lambda: hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum,
-                                                          name="dup.atomic"),
-                      "group containing an in-flight name did not raise")
-        wait(first, 30, "dup.atomic.1")
-        # dup.atomic.0 was not left in flight by the rejected group.
-        out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name="dup.atomic.0"), 30, "dup.atomic.0")
-        np.testing.assert_array_equal(out, np.full(2, n, f32))
+        for name, first in in_turn(
+                "dup.atomic", lambda name: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}.1"),
+                lambda name: hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum, name=name),
+                "group containing an in-flight name did not raise"):
+            wait(first, 30, f"{name}.1")
+            # <name>.0 was not left in flight by the rejected group.
+            out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}.0"), 30, f"{name}.0")
+            np.testing.assert_array_equal(out, np.full(2, n, f32))
     chk.check("a group with an in-flight member name is rejected whole", duplicate_rejected_atomically)
 
     # --- unsupported dtypes: UnsupportedTypeError (a TypeError) for every verb
