@@ -110,6 +110,7 @@ class BuildEngine(build_ext):
 
 SOURCES = [
     "adasum.cc",
+    "allreduce_now.cc",
     "autotune.cc",
     "bindings.cc",
     "buffer_pool.cc",
@@ -127,6 +128,7 @@ SOURCES = [
     "execution.cc",
     "fused_negotiation.cc",
     "shm_allreduce.cc",
+    "shared_exchange.cc",
     "shared_segment.cc",
     "gpu_kernels.cc",
     "gpu_loader.cc",

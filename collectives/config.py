@@ -143,6 +143,11 @@ KNOBS = {
                           "When every rank runs on one host, allreduce host tensors of 8 to 512 KiB through "
                           "a segment of shared memory (copy in, each rank reduces its share, copy out) "
                           "instead of MPI: 1, true, yes, on or 0, false, no, off."),
+    # Ours (csrc/shared_exchange.h).
+    "shm_negotiation": Knob("SHM_NEGOTIATION", _parse_bool, True,
+                            "When every rank runs on one host, exchange each cycle's negotiation message "
+                            "through shared memory instead of an MPI allreduce: 1, true, yes, on or 0, false, "
+                            "no, off."),
     # Ours (csrc/engine_inline.cc).
     "caller_cycles": Knob("CALLER_CYCLES", _parse_bool, True,
                           "A thread waiting for its own result (a synchronous verb, synchronize()) runs the "
@@ -190,7 +195,7 @@ def engine_config(values, environ=None):
     autotuning must leave alone)."""
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
             "stall_check_s", "stall_shutdown_s", "init_timeout_s", "buffer_pool_bytes", "hierarchical_allreduce",
-            "hierarchical_allgather", "shm_allreduce", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
+            "hierarchical_allgather", "shm_allreduce", "shm_negotiation", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
             "autotune_steps_per_sample", "autotune_bayes_opt_max_samples")
     result = {k: values[k] for k in keys}
     result["autotune_fixed"] = [k for k in AUTOTUNED if is_set(k, environ)]

@@ -92,6 +92,29 @@ def submit(specs, finish, keep_alive):
     return handle
 
 
+_REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/allreduce_now.cc
+
+
+def allreduce_now(tensor, name, op, prescale, postscale, inplace):
+    """The synchronous allreduce of a numpy array in one engine call (csrc/allreduce_now.cc):
+    the output array, or None when the call is not the common case and nothing was submitted
+    (the caller then takes the general path with the same name). Failures raise as in
+    ``run_now``."""
+    engine = basics.engine()
+    result = engine.allreduce_now(tensor, name, op, prescale, postscale, inplace)
+    if type(result) is not tuple:
+        return result
+    what, first, second, error = result
+    if what == _INTERRUPTED:  # as run_now: the request runs on, a Handle keeps its arrays alive
+        handle = Handle(engine, [first], lambda _: second, (tensor, second))
+        _outstanding[id(handle)] = handle
+        raise error
+    if what == _REFUSED and not engine.running:
+        raise basics.stopped_error(engine, second)
+    raise_for_status(first, second)
+    raise AssertionError(f"engine.allreduce_now returned {result!r}")  # a failure always has a nonzero code
+
+
 def run_now(specs, finish, keep_alive):
     """``synchronize(submit(...))`` without the Handle object, for the synchronous verbs. When
     the wait is interrupted (a signal handler raised), the operation still runs in the engine:

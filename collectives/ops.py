@@ -10,7 +10,7 @@ from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
 from .device_arrays import on_device as _on_device
 from .constants import Average, OpType, ReduceOp
 from .errors import InvalidArgumentError
-from .handles import run_now, submit, synchronize
+from .handles import allreduce_now, run_now, submit, synchronize
 from .process_set_registry import global_process_set, process_set_id, set_rank, set_size
 from .shared_failure import announce, failing_together
 
@@ -25,6 +25,7 @@ def _name(name, kind, process_set):
 
 
 _reduce_op = arguments.reduce_op
+_ndarray = np.ndarray
 
 
 def _spec(op, name, arr, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
@@ -66,9 +67,14 @@ def _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, inpl
 
 def _allreduce_start(tensor, op, name, prescale_factor, postscale_factor, process_set, inplace, wait):
     """Submit one host allreduce: a handle, or with ``wait`` the result (no Handle object, the
-    synchronous verbs' shortcut). The common call skips the general argument handling
-    (collectives/allreduce_fast.py)."""
+    synchronous verbs' shortcut). The common call skips the general argument handling: a
+    synchronous one goes to the engine in one call (handles.allreduce_now), an asynchronous one
+    builds its submission with type tests (collectives/allreduce_fast.py)."""
     name = _name(name, "allreduce", process_set)
+    if wait and type(tensor) is _ndarray and process_set is global_process_set:
+        result = allreduce_now(tensor, name, op, prescale_factor, postscale_factor, inplace)
+        if result is not None:
+            return result
     try:
         fast = allreduce_fast.spec_or_none(tensor, op, name, prescale_factor, postscale_factor, process_set, inplace)
     except Exception as error:  # e.g. MemoryError for the output: the other ranks must not wait

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "bindings_common.h"
 #include "dlpack_export.h"
 #include "engine.h"
 #include "gpu_loader.h"
@@ -35,6 +36,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("hierarchical_allreduce")) c.hierarchical_allreduce = d["hierarchical_allreduce"].cast<bool>();
   if (d.contains("hierarchical_allgather")) c.hierarchical_allgather = d["hierarchical_allgather"].cast<bool>();
   if (d.contains("shm_allreduce")) c.shm_allreduce = d["shm_allreduce"].cast<bool>();
+  if (d.contains("shm_negotiation")) c.shm_negotiation = d["shm_negotiation"].cast<bool>();
   if (d.contains("caller_cycles")) c.caller_cycles = d["caller_cycles"].cast<bool>();
   if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();
   if (d.contains("autotune_log")) c.autotune.log_path = d["autotune_log"].cast<std::string>();
@@ -135,17 +137,6 @@ py::tuple ResultTuple(Result&& r) {
                         r.value);
 }
 
-// A numpy array over 64-byte aligned engine memory (TensorFlow requires that alignment of
-// memory it borrows; numpy's own allocations are 16-byte aligned).
-py::array AlignedEmpty(const std::vector<int64_t>& shape, const py::dtype& dtype) {
-  const int64_t bytes = NumElements(shape) * static_cast<int64_t>(dtype.itemsize());
-  auto* holder = new std::shared_ptr<HostBuffer>(std::make_shared<HostBuffer>(bytes));
-  void* data = (*holder)->data();
-  py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<HostBuffer>*>(p); });
-  std::vector<py::ssize_t> dims(shape.begin(), shape.end());
-  return py::array(dtype, dims, data, owner);
-}
-
 // What the engine can do with GPUs in this process, for nccl_built()/cuda_built() and messages.
 py::dict GpuInfo() {
   gpu::Libraries& libs = gpu::Libraries::Get();
@@ -158,20 +149,6 @@ py::dict GpuInfo() {
   d["problem"] = libs.problem();
   return d;
 }
-
-// How often a thread blocked in wait() takes the GIL back to run Python's signal handlers
-// (Ctrl-C's KeyboardInterrupt, SIGALRM, ...): they run only when the main thread executes Python.
-constexpr auto kSignalCheck = std::chrono::milliseconds(20);
-
-// Python owns engines through this deleter. Two are never destroyed: a forked child's copy (its
-// threads and locks belong to the parent; destroying its condition variables hung the child)
-// and an engine whose init timed out (its thread, stuck in MPI, still uses it).
-struct EngineDeleter {
-  void operator()(Engine* e) const {
-    if (e->forked_child() || e->abandoned()) return;
-    delete e;
-  }
-};
 
 std::string ForkedChildMessage(int parent_pid) {
   return "collectives was initialized in the parent process (pid " + std::to_string(parent_pid) +
@@ -228,7 +205,9 @@ PYBIND11_MODULE(_engine, m) {
   // Before the interpreter finalizes, stop letting blocked threads take the GIL back (python_gil.h).
   py::module_::import("atexit").attr("register")(py::cpp_function([]() { gil::MarkExiting(); }));
 
-  py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine")
+  py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>> engine(m, "Engine");
+  DefineAllreduceNow(engine);
+  engine
       .def(py::init<>())
       .def("start",
            [](Engine& e, uintptr_t comm_address, const py::dict& config) {

@@ -1,12 +1,9 @@
 #include "doorbell.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <climits>
 #include <ctime>
 
+#include "futex.h"
 #include "shared_segment.h"
 
 namespace collectives {
@@ -15,12 +12,6 @@ namespace {
 // Which sleepers a ring wakes (FUTEX_WAKE_BITSET against each sleeper's FUTEX_WAIT_BITSET mask).
 constexpr uint32_t kPeerRing = 1;
 constexpr uint32_t kOwnRing = 2;
-
-// Shared (not FUTEX_PRIVATE) operations: the word may be in memory mapped by several processes.
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout, uint32_t mask) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex word");
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, mask);
-}
 
 }  // namespace
 

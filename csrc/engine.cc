@@ -195,7 +195,8 @@ Status Engine::Setup(MPI_Comm comm) {
   sets_.emplace(0, std::move(everyone));
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (size_ > 1) {  // the same on every rank: the negotiation message's layout depends on it
-    st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64));
+    setup_step_ = "the negotiation's shared-memory segment (needs every rank)";
+    st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, local_size_, config_.shm_negotiation);
     if (!st.ok()) return st;
   }
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_, config_.stall_check_s, config_.stall_shutdown_s));
@@ -277,10 +278,13 @@ void Engine::Teardown() {
   SetBufferPoolLimit(0);
   watchdog_.Stop();
   if (stages_on_)
-    std::fprintf(stderr, "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu\n",
+    std::fprintf(stderr,
+                 "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
+                 "negotiation through %s, payload capacity changed %llu times\n",
                  stages_.Summary(rank_).c_str(), static_cast<unsigned long long>(fused_done_),
                  static_cast<unsigned long long>(fused_discarded_), static_cast<unsigned long long>(cycle_),
-                 static_cast<unsigned long long>(inline_cycles_));
+                 static_cast<unsigned long long>(inline_cycles_), fused_.transport(),
+                 static_cast<unsigned long long>(fused_.resizes()));
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 

@@ -59,6 +59,7 @@ struct EngineConfig {
   bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
   bool hierarchical_allgather = false;
   bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
+  bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
   bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
   AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.

@@ -1,5 +1,6 @@
 #include "fused_negotiation.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "mpi_wait.h"
@@ -7,7 +8,6 @@
 namespace collectives {
 namespace {
 
-constexpr int64_t kPayloadWords = FusedNegotiation::kPayloadBytes / 8;
 
 // Integers combine in their unsigned type (wrapping, never undefined), floats as themselves.
 template <typename T, typename U>
@@ -71,9 +71,11 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
   const uint64_t* in = static_cast<const uint64_t*>(in_v);
   uint64_t* inout = static_cast<uint64_t*>(inout_v);
   for (int e = 0; e < *len; ++e) {
-    // The layout word is identical on every rank: bit-vector length in its low half.
+    // The layout word is identical on every rank: bit-vector length in its low half, payload
+    // words in its high half.
     const int64_t bit_words = static_cast<int64_t>(inout[0] & 0xFFFFFFFFu);
-    const int64_t total = kHeaderWords + bit_words + kPayloadWords;
+    const int64_t payload_words = static_cast<int64_t>(inout[0] >> 32);
+    const int64_t total = kHeaderWords + bit_words + payload_words;
     for (int64_t w = kHeaderWords; w < kHeaderWords + bit_words; ++w) inout[w] &= in[w];
     if (inout[1] != in[1]) {
       inout[1] = 0;  // not every rank carries the same entry: nothing here is used
@@ -89,32 +91,104 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
   }
 }
 
-Status FusedNegotiation::Init(int bit_words) {
+Status FusedNegotiation::Init(int bit_words, MPI_Comm comm, int local_size, bool shared) {
   bit_words_ = bit_words;
-  buf_.assign(static_cast<size_t>(kHeaderWords + bit_words + kPayloadWords), 0);
-  if (MPI_Type_contiguous(static_cast<int>(buf_.size()), MPI_UINT64_T, &type_) != MPI_SUCCESS ||
-      MPI_Type_commit(&type_) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "MPI_Type_contiguous for the negotiation message failed");
+  MPI_Comm_size(comm, &size_);
+  Status st = shared_.Init(comm, local_size, shared, (kHeaderWords + bit_words + kPayloadBytes / 8) * 8);
+  if (!st.ok()) return st;
+  transport_ = shared_.active() ? "shared memory" : "MPI";
+  buf_.assign(static_cast<size_t>(kHeaderWords + bit_words + kPayloadBytes / 8), 0);
+  for (int c = 0; c < kClasses; ++c) {
+    const int words = kHeaderWords + bit_words + static_cast<int>(kClassBytes[c] / 8);
+    if (MPI_Type_contiguous(words, MPI_UINT64_T, &types_[c]) != MPI_SUCCESS || MPI_Type_commit(&types_[c]) != MPI_SUCCESS)
+      return Status::Error(StatusCode::INTERNAL, "MPI_Type_contiguous for the negotiation message failed");
+  }
   if (MPI_Op_create(&FusedNegotiation::Combine, 1, &op_) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "MPI_Op_create for the negotiation message failed");
   return Status::Ok();
 }
 
 void FusedNegotiation::Free() {
+  shared_.Release();
   if (op_ != MPI_OP_NULL) MPI_Op_free(&op_);
-  if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  for (MPI_Datatype& t : types_)
+    if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+}
+
+void FusedNegotiation::CombineShared() {
+  uint64_t* b = buf_.data();
+  const uint64_t* first = shared_.Record(0);
+  uint64_t descriptor = first[1];
+  std::memcpy(b + kHeaderWords, first + kHeaderWords, static_cast<size_t>(bit_words_) * 8);
+  for (int r = 1; r < size_; ++r) {
+    const uint64_t* rec = shared_.Record(r);
+    if (rec[1] != descriptor) descriptor = 0;
+    for (int w = kHeaderWords; w < kHeaderWords + bit_words_; ++w) b[w] &= rec[w];
+  }
+  b[1] = descriptor;
+  if (descriptor == 0) return;
+  const DataType dtype = static_cast<DataType>((descriptor >> 20) & 0xFF);
+  const ReduceOp op = static_cast<ReduceOp>((descriptor >> 28) & 0xFF);
+  const int64_t count = static_cast<int64_t>(descriptor >> 36);
+  std::memcpy(result(), first + kHeaderWords + bit_words_, static_cast<size_t>(count * DataTypeSize(dtype)));
+  for (int r = 1; r < size_; ++r)  // rank order: every rank adds alike
+    CombinePayload(shared_.Record(r) + kHeaderWords + bit_words_, result(), dtype, op, count);
+}
+
+int FusedNegotiation::ClassOf(int64_t bytes) {
+  for (int c = 0; c < kClasses; ++c)
+    if (bytes <= kClassBytes[c]) return c;
+  return -1;
+}
+
+void FusedNegotiation::Announce(int64_t bytes) { announced_ = std::max(announced_, ClassOf(bytes)); }
+
+void FusedNegotiation::Resize(uint64_t global_flags) {
+  const int before = class_;
+  const int needed = (global_flags & kFlagWantClass2) ? 2 : (global_flags & kFlagWantClass1) ? 1 : 0;
+  // Class 0 is never announced as such: a cycle where nobody carries anything needs no more.
+  needed_meanwhile_ = std::max(needed_meanwhile_, needed);
+  if (needed >= class_) {
+    class_ = needed;
+    quiet_ = 0;
+    needed_meanwhile_ = -1;
+  } else if (++quiet_ >= kShrinkAfterCycles) {
+    class_ = std::max(needed_meanwhile_, 0);
+    quiet_ = 0;
+    needed_meanwhile_ = -1;
+  }
+  if (class_ != before) ++resizes_;
 }
 
 int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, const void* payload,
                           int64_t payload_bytes, uint64_t* agreed) {
   uint64_t* b = buf_.data();
-  b[0] = static_cast<uint64_t>(bit_words_);
+  const int cls = class_;
+  b[0] = static_cast<uint64_t>(bit_words_) | static_cast<uint64_t>(kClassBytes[cls] / 8) << 32;
   b[1] = descriptor;
   std::memcpy(b + kHeaderWords, bits, static_cast<size_t>(bit_words_) * 8);
+  if (announced_ >= 1) b[kHeaderWords] &= ~kFlagWantClass1;  // inverted: AND acts as OR
+  if (announced_ >= 2) b[kHeaderWords] &= ~kFlagWantClass2;
+  announced_ = -1;
   if (descriptor != 0) std::memcpy(result(), payload, static_cast<size_t>(payload_bytes));
-  const int rc = AllreduceWaiting(MPI_IN_PLACE, b, 1, type_, op_, comm);  // mpi_wait.h: no busy wait
+  int rc = MPI_SUCCESS;
+  failure_.clear();
+  if (shared_.active()) {
+    const size_t bytes = static_cast<size_t>(kHeaderWords + bit_words_) * 8 +
+                         (descriptor != 0 ? static_cast<size_t>(payload_bytes) : 0);
+    Status st = shared_.Exchange(b, bytes);
+    if (st.ok()) {
+      CombineShared();
+    } else {
+      failure_ = st.message;
+      rc = MPI_ERR_OTHER;
+    }
+  } else {
+    rc = AllreduceWaiting(MPI_IN_PLACE, b, 1, types_[cls], op_, comm);  // mpi_wait.h: no busy wait
+  }
   std::memcpy(bits, b + kHeaderWords, static_cast<size_t>(bit_words_) * 8);
   *agreed = b[1];
+  if (rc == MPI_SUCCESS && !shared_.active()) Resize(~bits[0]);
   return rc;
 }
 

@@ -14,14 +14,24 @@
 // The message is one element of a contiguous derived datatype: MPI applies a user reduction to
 // whole elements, so the function always sees the complete layout (an implementation may split a
 // buffer of many elements between ranks, never one element). The layout is the same on every rank
-// (it depends only on the cache capacity), so the call matches everywhere whether or not a rank
-// carries data.
+// in a given cycle, so the call matches everywhere whether or not a rank carries data.
+//
+// Payload capacity follows the sizes in use. A 4 KiB payload makes every cycle's message cost
+// what a 4 KiB allreduce costs (9.6 against 5.7 us for 8 B, raw MPI, np=2 on the 2-core VM), so
+// a cycle offers one of three capacities, 64 B, 512 B or 4 KiB. Each rank announces in the flags
+// word the class its candidate needs, whether or not it fits this cycle; the next cycle's
+// capacity grows at once to the largest class announced, and shrinks after kShrinkAfterCycles
+// cycles in which nobody needed it. Every rank computes this from the same reduced flags, so all
+// use the same layout in every cycle. A candidate too large for this cycle runs on the ordinary
+// path, as one that did not ride along.
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "shared_exchange.h"
 #include "status.h"
 #include "types.h"
 
@@ -29,12 +39,20 @@ namespace collectives {
 
 class FusedNegotiation {
  public:
-  // Largest payload carried with the negotiation: covers the latency cases (8 B .. 4 KiB) while
-  // keeping an idle cycle's message small.
+  // Largest payload carried with the negotiation: covers the latency cases (8 B .. 4 KiB).
   static constexpr int64_t kPayloadBytes = 4096;
+  // The capacities a cycle may offer, smallest first.
+  static constexpr int kClasses = 3;
+  static constexpr int64_t kClassBytes[kClasses] = {64, 512, kPayloadBytes};
+  static constexpr int kShrinkAfterCycles = 64;
+  // Flags-word bits (inverted in the word, as the negotiation's own flags, csrc/negotiation.cc,
+  // which uses the bits below these): "some rank's candidate needs class 1 / class 2".
+  static constexpr uint64_t kFlagWantClass1 = 1ull << 8, kFlagWantClass2 = 1ull << 9;
 
-  // `bit_words`: the length of the negotiation bit vector (flags, ready bits, invalidations).
-  Status Init(int bit_words);
+  // Collective over `comm`. `bit_words`: the length of the negotiation bit vector (flags, ready
+  // bits, invalidations). With `shared` and every rank on this host (`local_size` of them), the
+  // message travels through shared memory (shared_exchange.h) instead of MPI.
+  Status Init(int bit_words, MPI_Comm comm, int local_size, bool shared);
   void Free();
   bool initialized() const { return op_ != MPI_OP_NULL; }
 
@@ -44,9 +62,25 @@ class FusedNegotiation {
   static uint64_t Describe(int bit, DataType dtype, ReduceOp op, int64_t count);
   static int DescribedBit(uint64_t descriptor) { return static_cast<int>(descriptor & 0xFFFFF) - 1; }
 
-  // The negotiation allreduce: `bits` (bit_words words) ANDed in place; `descriptor` 0 when this
-  // rank carries nothing, else `payload` holds `payload_bytes` of input (already prescaled).
-  // Returns the MPI status; *agreed is the reduced descriptor (0: no agreement).
+  // Before Run: this rank's candidate has `bytes` of payload; the next cycles' capacity takes it
+  // into account. Whether it rides along in this cycle: Fits.
+  void Announce(int64_t bytes);
+  bool Fits(int64_t bytes) const { return bytes <= capacity(); }
+  // Shared memory costs no more for the largest payload: copies are of the bytes carried only.
+  int64_t capacity() const { return shared_.active() ? kPayloadBytes : kClassBytes[class_]; }
+  // Why the last Run failed, when it was the shared-memory exchange (a peer exited); else empty.
+  const std::string& failure() const { return failure_; }
+  // Whether the message travels through shared memory rather than MPI.
+  bool shared() const { return shared_.active(); }
+  // For the stage report (latency_stages.h): how it travelled, and how often the MPI message's
+  // payload capacity changed (kept after Free).
+  const char* transport() const { return transport_; }
+  uint64_t resizes() const { return resizes_; }
+
+  // The negotiation allreduce: `bits` (bit_words words, the first one the inverted flags) ANDed
+  // in place; `descriptor` 0 when this rank carries nothing, else `payload` holds
+  // `payload_bytes` (which Fits) of input, already prescaled. Returns the MPI status; *agreed is
+  // the reduced descriptor (0: no agreement).
   int Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, const void* payload, int64_t payload_bytes,
           uint64_t* agreed);
   // The reduced payload after an agreed Run.
@@ -56,9 +90,23 @@ class FusedNegotiation {
   static constexpr int kHeaderWords = 2;  // [layout, descriptor]
   static void Combine(void* in, void* inout, int* len, MPI_Datatype* type);
 
-  int bit_words_ = 0;
+  static int ClassOf(int64_t bytes);
+  // After a shared exchange: the records combined in rank order into buf_, as Combine would.
+  void CombineShared();
+  // After a cycle: the capacity of the next one, from the classes announced everywhere.
+  void Resize(uint64_t global_flags);
+
+  int bit_words_ = 0, size_ = 0;
   std::vector<uint64_t> buf_;
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  SharedExchange shared_;
+  std::string failure_;
+  const char* transport_ = "MPI";
+  uint64_t resizes_ = 0;
+  MPI_Datatype types_[kClasses] = {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
+  int class_ = 0;             // this cycle's capacity (the same on every rank)
+  int announced_ = -1;        // the class this rank's candidate needs in this cycle (-1: none)
+  int quiet_ = 0;             // cycles since anybody needed class_
+  int needed_meanwhile_ = -1;  // the largest class needed in those cycles
   MPI_Op op_ = MPI_OP_NULL;
 };
 

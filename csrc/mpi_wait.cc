@@ -52,6 +52,8 @@ int TypeBytes(MPI_Datatype type) {
 
 void SetWaitAbort(const std::atomic<bool>* abort) { t_abort = abort; }
 
+bool WaitAborted() { return Aborted(); }
+
 int WaitForRequest(MPI_Request* request, int64_t bytes) {
   int done = 0;
   int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);

@@ -23,6 +23,8 @@ namespace collectives {
 // turns true (null: never). A caller running the engine's cycle (engine_inline.cc) sets it, so that
 // when the watchdog fires it returns to raise the watchdog's error instead of staying in MPI.
 void SetWaitAbort(const std::atomic<bool>* abort);
+// Whether this thread's waits should give up now (other waits honour it too: shared_exchange.h).
+bool WaitAborted();
 
 // Completes `request`, which moves about `bytes` per rank. Returns MPI_Test's code.
 int WaitForRequest(MPI_Request* request, int64_t bytes);

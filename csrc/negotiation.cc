@@ -22,6 +22,7 @@ constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs p
 constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
 constexpr uint64_t kFlagJoined = 8;    // some rank has called join() (which has not completed)
 constexpr uint64_t kFlagNews = 16;     // some rank brings something new (not a quiet cycle)
+// (Bits 8 and 9 belong to FusedNegotiation: the payload classes wanted.)
 
 bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 
@@ -228,12 +229,14 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
   Pending* carried = nullptr;  // a small allreduce riding along (fused_negotiation.h)
   bool agreed = false;
-  if (watchdog_.Watch(BackendCall::NEGOTIATION_ALLREDUCE, 0,
+  const BackendCall phase1 = fused_.shared() ? BackendCall::NEGOTIATION_SHARED : BackendCall::NEGOTIATION_ALLREDUCE;
+  if (watchdog_.Watch(phase1, 0,
                       [&] { return NegotiationAllreduce(&v, &carried, &agreed); }) != MPI_SUCCESS) {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
-    Log(LogLevel::ERROR, "negotiation allreduce failed; stopping the engine");
-    stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure during negotiation");
+    const std::string why = fused_.failure().empty() ? "MPI failure during negotiation" : fused_.failure();
+    Log(LogLevel::ERROR, why + "; stopping the engine");
+    stopped_status_ = Status::Error(StatusCode::INTERNAL, why);
     return false;
   }
   const uint64_t global_flags = ~v[0];
@@ -360,6 +363,12 @@ int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bo
     const Request& q = p->request;
     const int64_t n = NumElements(q.shape);
     bytes = n * DataTypeSize(q.dtype);
+    fused_.Announce(bytes);
+    if (!fused_.Fits(bytes)) p = nullptr;  // this cycle's capacity is smaller: the ordinary path
+  }
+  if (p) {
+    const Request& q = p->request;
+    const int64_t n = NumElements(q.shape);
     descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
     payload = p->input;
     if (q.prescale != 1.0) {  // as Engine::Allreduce scales before reducing

@@ -1,12 +1,15 @@
 #include "shared_segment.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <fstream>
 
 namespace collectives {
 namespace {
@@ -51,6 +54,47 @@ Status MapSharedSegment(MPI_Comm comm, size_t bytes, const char* what, void** ma
   }
   *mapped = m;
   return Status::Ok();
+}
+
+Status MapJobSegment(MPI_Comm comm, int local_size, bool enabled, const char* knob, size_t bytes, const char* what,
+                     void** mapped, std::vector<pid_t>* pids, std::string* blocker) {
+  *mapped = nullptr;
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  if (!enabled) {
+    *blocker = std::string("turned off (") + knob + "=0)";
+    return Status::Ok();
+  }
+  if (size < 2) {
+    *blocker = "one rank";
+    return Status::Ok();
+  }
+  if (local_size != size) {
+    *blocker = "the ranks are on several hosts";
+    return Status::Ok();
+  }
+  Status st = MapSharedSegment(comm, bytes, what, mapped, blocker);
+  if (!st.ok() || *mapped == nullptr) return st;
+  const int me = static_cast<int>(getpid());
+  std::vector<int> all(static_cast<size_t>(size), 0);
+  if (MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, comm) != MPI_SUCCESS) {
+    munmap(*mapped, bytes);
+    *mapped = nullptr;
+    return Status::Error(StatusCode::INTERNAL, "MPI_Allgather of the ranks' process ids failed");
+  }
+  pids->assign(all.begin(), all.end());
+  blocker->clear();
+  return Status::Ok();
+}
+
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  // Exited but not yet reaped by its launcher: a zombie (or dead) in /proc.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
 }
 
 }  // namespace collectives

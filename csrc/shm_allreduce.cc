@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "log.h"
 #include "shared_segment.h"
@@ -44,41 +43,19 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
   Release();
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
-  if (!enabled) {
-    blocker_ = "turned off (COLLECTIVES_SHM_ALLREDUCE=0)";
-    return Status::Ok();
-  }
-  if (size_ < 2) {
-    blocker_ = "one rank";
-    return Status::Ok();
-  }
-  if (local_size != size_) {  // the same answer on every rank: some host lacks some rank
-    blocker_ = "the ranks are on several hosts";
-    return Status::Ok();
-  }
   bytes_ = static_cast<size_t>(size_) * kLine + static_cast<size_t>(size_) * 2 * static_cast<size_t>(kSlotBytes);
   void* mapped = nullptr;
-  std::string why;
-  Status st = MapSharedSegment(comm, bytes_, "shm", &mapped, &why);
+  Status st = MapJobSegment(comm, local_size, enabled, "COLLECTIVES_SHM_ALLREDUCE", bytes_, "shm", &mapped, &pids_,
+                            &blocker_);
   if (!st.ok()) return st;
   if (mapped == nullptr) {
-    blocker_ = why;
-    Log(LogLevel::INFO, "shared-memory allreduce off: " + blocker_);
+    if (enabled && size_ > 1 && local_size == size_) Log(LogLevel::INFO, "shared-memory allreduce off: " + blocker_);
     return Status::Ok();
   }
   base_ = static_cast<char*>(mapped);
   slots_ = base_ + static_cast<size_t>(size_) * kLine;
-  pids_.assign(static_cast<size_t>(size_), 0);
-  const int me = static_cast<int>(getpid());
-  std::vector<int> pids(static_cast<size_t>(size_), 0);
-  if (MPI_Allgather(&me, 1, MPI_INT, pids.data(), 1, MPI_INT, comm) != MPI_SUCCESS) {
-    Release();
-    return Status::Error(StatusCode::INTERNAL, "MPI_Allgather of the ranks' process ids failed");
-  }
-  for (int r = 0; r < size_; ++r) pids_[static_cast<size_t>(r)] = static_cast<pid_t>(pids[static_cast<size_t>(r)]);
   barriers_ = 0;
   pieces_ = 0;
-  blocker_.clear();
   Log(LogLevel::INFO, "shared-memory allreduce on " + std::to_string(size_) + " ranks");
   return Status::Ok();
 }
@@ -90,16 +67,7 @@ void ShmAllreduce::Release() {
   blocker_ = "not set up";
 }
 
-bool ShmAllreduce::PeerGone(int rank) const {
-  const pid_t pid = pids_[static_cast<size_t>(rank)];
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  // Exited but not yet reaped by its launcher: a zombie (or dead) in /proc.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
-}
+bool ShmAllreduce::PeerGone(int rank) const { return ProcessGone(pids_[static_cast<size_t>(rank)]); }
 
 Status ShmAllreduce::Barrier() {
   const uint64_t target = ++barriers_;

@@ -38,6 +38,8 @@ std::string Seconds(double s) {
 const char* BackendCallName(BackendCall call) {
   switch (call) {
     case BackendCall::NEGOTIATION_ALLREDUCE: return "MPI_Allreduce of the negotiation (which tensors every rank has ready)";
+    case BackendCall::NEGOTIATION_SHARED:
+      return "the negotiation's exchange through shared memory (which tensors every rank has ready)";
     case BackendCall::NEGOTIATION_GATHER: return "MPI_Gather of the negotiation (requests to the coordinator, rank 0)";
     case BackendCall::NEGOTIATION_BCAST: return "MPI_Bcast of the negotiation (the coordinator's responses)";
     case BackendCall::ALLREDUCE: return "MPI_Allreduce";

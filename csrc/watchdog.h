@@ -29,6 +29,7 @@ constexpr int kWatchdogExitCode = 75;
 enum class BackendCall : uint8_t {
   NONE = 0,
   NEGOTIATION_ALLREDUCE,  // phase 1 of every cycle
+  NEGOTIATION_SHARED,     // the same through shared memory (a job on one host: shared_exchange.h)
   NEGOTIATION_GATHER,     // phase 2: requests to the coordinator
   NEGOTIATION_BCAST,      // phase 2: the coordinator's responses
   ALLREDUCE,

@@ -26,6 +26,7 @@ SAMPLES = {
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", "1", True, "off", False),
     "hierarchical_allgather": ("HIERARCHICAL_ALLGATHER", "yes", True, "0", False),
     "shm_allreduce": ("SHM_ALLREDUCE", "0", False, "on", True),
+    "shm_negotiation": ("SHM_NEGOTIATION", "off", False, "1", True),
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
     "autotune": ("AUTOTUNE", "1", True, "off", False),
     "autotune_log": ("AUTOTUNE_LOG", "/tmp/horovod.csv", "/tmp/horovod.csv", "/tmp/ours.csv", "/tmp/ours.csv"),

@@ -98,7 +98,7 @@ def assert_stopped_rank_reported(run, mode):
     assert errors and set(errors) <= {0, 2}, f"StallTimeoutError from ranks {sorted(errors)}\n{run.describe()}"
     for r, (phase, message) in errors.items():
         assert phase == {"sync": "synchronize", "verb": "allreduce", "torch": "step"}[mode], run.describe()
-        m = re.match(r"stalled in a backend call: (MPI_\w+.*?) has not returned after 3 s, waiting on (ranks? .*?)\. ",
+        m = re.match(r"stalled in a backend call: ((?:MPI_\w+|the negotiation's exchange).*?) has not returned after 3 s, waiting on (ranks? .*?)\. ",
                      message)
         assert m, f"rank {r}: {message}"
         peers = m.group(2)
@@ -141,7 +141,7 @@ def test_a_stopped_rank_under_collectivesrun_gets_one_line():
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     ours = [line for line in lines if line.startswith("collectivesrun: error:")]
     assert ours == [lines[-1]], f"expected one collectivesrun line, the last:\n{run.describe()}"
-    assert re.fullmatch(rf"collectivesrun: error: the job stalled: ranks 0, 2 waited 3 s in MPI_\w+.*; rank 1 "
+    assert re.fullmatch(rf"collectivesrun: error: the job stalled: ranks 0, 2 waited 3 s in (?:MPI_\w+|the negotiation's exchange).*; rank 1 "
                         rf"\(on {re.escape(HOST)}\) did not report it: stopped, hung or cut off \(every host answers "
                         rf"ssh\); the job was ended \(exit status {WATCHDOG_EXIT}\)", ours[0]), ours[0]
     # The job ended when the launcher saw the reports, not when the graces ran out.

@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 import collectives as hvd
+from collectives import handles
 from common import Checker, rank_input
 from robust_util import log
 
@@ -94,7 +95,9 @@ def signal_case(chk, label, seed, waiter, body):
         chk.check(f"{label} (late rank)", late)
 
 
-def raising_alarm(handle, check):
+def raising_alarm_around(wait):
+    """Runs ``wait()`` with a SIGALRM handler that raises after 0.3 s: ``wait`` must be
+    interrupted (not return), and the handler must run within HANDLER_BOUND_S of the signal."""
     fired = []
 
     def on_alarm(signum, frame):
@@ -106,19 +109,23 @@ def raising_alarm(handle, check):
         due = time.monotonic() + 0.3
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         try:
-            hvd.synchronize(handle)
-            raise AssertionError("synchronize returned before the late rank submitted")
+            wait()
+            raise AssertionError("the wait returned before the late rank submitted")
         except Interrupted:
             pass
         latency = fired[0] - due
         log(f"SIGALRM handler ran {latency * 1000:.0f} ms after the signal")
         assert latency < HANDLER_BOUND_S, f"the handler ran {latency * 1000:.0f} ms after the signal"
-        assert not hvd.poll(handle), "the handle completed although the late rank has not submitted"
-        check(hvd.synchronize(handle))  # the interrupted handle is still valid
-        check(hvd.synchronize(handle))  # and keeps its result
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def raising_alarm(handle, check):
+    raising_alarm_around(lambda: hvd.synchronize(handle))
+    assert not hvd.poll(handle), "the handle completed although the late rank has not submitted"
+    check(hvd.synchronize(handle))  # the interrupted handle is still valid
+    check(hvd.synchronize(handle))  # and keeps its result
 
 
 def returning_alarm(handle, check):
@@ -158,6 +165,26 @@ def signals():
     for seed, (label, body) in enumerate(cases):
         for waiter in range(n):
             signal_case(chk, label, seed, waiter, body)
+
+    # A synchronous verb (one engine call, csrc/allreduce_now.cc) interrupted by a raising handler:
+    # the exception arrives promptly, the allreduce still completes for the late rank, and the
+    # waiter's arrays stay alive until it does (the engine writes its output).
+    for waiter in range(n):
+        sync_point(f"verb.{waiter}")
+        x = rank_input(20, r, (5,), F32)
+        name = f"verb.{waiter}"
+        if r == waiter:
+            def interrupted_verb():
+                raising_alarm_around(lambda: hvd.allreduce(x, op=hvd.Sum, name=name))
+                kept = [h for h in handles._outstanding.values() if not h.poll()]
+                assert len(kept) == 1, f"{len(kept)} interrupted operations kept, expected 1"
+                np.testing.assert_array_equal(hvd.synchronize(kept[0]), expected_sum(20, n))
+            chk.check("synchronous verb interrupted", interrupted_verb)
+        else:
+            time.sleep(LATE_S)
+            chk.check("synchronous verb (late rank)",
+                      lambda: np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum, name=name),
+                                                            expected_sum(20, n)))
 
     # A grouped handle (several engine ids): interrupted, then resumed.
     for waiter in range(n):
