@@ -5,7 +5,7 @@
 // field here, returns handle ids, and calls wait() per id, then checks each outcome in Python:
 // about 8 us of interpreter work per call on the 2-core VM, more than the MPI call itself (a raw
 // 8-byte MPI_Allreduce between two ranks takes ~5 us). This function takes the array and the
-// already resolved arguments, reads the array through the buffer protocol, submits, waits
+// already resolved arguments, reads the array's pointer, shape and dtype, submits, waits
 // (without the GIL, running cycles itself as every synchronous caller does), and returns the
 // output array.
 //
@@ -36,25 +36,25 @@ namespace py = pybind11;
 namespace collectives {
 namespace {
 
-// The engine dtype of a buffer-protocol format of a native-order numpy scalar type, or -1.
-int DtypeOfFormat(const char* format, Py_ssize_t itemsize) {
-  if (format == nullptr) return -1;
-  if (format[0] == '@' || format[0] == '=') ++format;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if (format[0] == '<') ++format;
-#endif
-  if (format[0] == '\0' || format[1] != '\0') return -1;
-  switch (format[0]) {
-    case '?': return static_cast<int>(DataType::BOOL);
-    case 'b': return static_cast<int>(DataType::INT8);
-    case 'B': return static_cast<int>(DataType::UINT8);
-    case 'h': return itemsize == 2 ? static_cast<int>(DataType::INT16) : -1;
-    case 'i': case 'l': case 'q':
-      return itemsize == 4 ? static_cast<int>(DataType::INT32) : itemsize == 8 ? static_cast<int>(DataType::INT64) : -1;
-    case 'e': return static_cast<int>(DataType::FLOAT16);
-    case 'f': return itemsize == 4 ? static_cast<int>(DataType::FLOAT32) : -1;
-    case 'd': return itemsize == 8 ? static_cast<int>(DataType::FLOAT64) : -1;
-    default: return -1;  // unsigned wider than a byte, complex, bfloat16 (ml_dtypes), records
+constexpr int kNpyHalf = 23;  // NPY_HALF (pybind11 names no constant for it)
+constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
+// The engine dtype of a numpy type number, or -1. numpy's descriptor keeps `type_num` and
+// `byteorder` at the same place in numpy 1 and 2 (pybind11's PyArrayDescr_Proxy).
+int DtypeOfTypeNum(int type_num) {
+  using A = py::detail::npy_api;
+  switch (type_num) {
+    case A::NPY_BOOL_: return static_cast<int>(DataType::BOOL);
+    case A::NPY_BYTE_: return static_cast<int>(DataType::INT8);
+    case A::NPY_UBYTE_: return static_cast<int>(DataType::UINT8);
+    case A::NPY_SHORT_: return static_cast<int>(DataType::INT16);
+    case A::NPY_INT_: return static_cast<int>(DataType::INT32);
+    case A::NPY_LONG_: return static_cast<int>(sizeof(long) == 8 ? DataType::INT64 : DataType::INT32);
+    case A::NPY_LONGLONG_: return static_cast<int>(DataType::INT64);
+    case A::NPY_FLOAT_: return static_cast<int>(DataType::FLOAT32);
+    case A::NPY_DOUBLE_: return static_cast<int>(DataType::FLOAT64);
+    case kNpyHalf: return static_cast<int>(DataType::FLOAT16);
+    default: return -1;  // unsigned wider than a byte, complex, bfloat16 (ml_dtypes), records, objects
   }
 }
 
@@ -93,31 +93,9 @@ bool ReduceOpOf(PyObject* o, int* out) {
 
 // Outputs up to this size come from numpy's allocator; larger ones from the engine's pool,
 // whose reused mappings are already faulted in (collectives/allreduce_fast.py says the same).
-constexpr Py_ssize_t kSmallOutputBytes = 64 * 1024;
+constexpr int64_t kSmallOutputBytes = 64 * 1024;
 
 enum Outcome { kRefused = 0, kFailed = 1, kInterrupted = 2 };
-
-class BufferView {
- public:
-  ~BufferView() {
-    if (held_) PyBuffer_Release(&view_);
-  }
-  // False (and no Python error set) when `o` does not export a buffer with these flags.
-  bool Get(PyObject* o, int flags) {
-    if (PyObject_GetBuffer(o, &view_, flags) != 0) {
-      PyErr_Clear();
-      return false;
-    }
-    held_ = true;
-    return true;
-  }
-  const Py_buffer& operator*() const { return view_; }
-  const Py_buffer* operator->() const { return &view_; }
-
- private:
-  Py_buffer view_{};
-  bool held_ = false;
-};
 
 // numpy's ndarray type, looked up when the module loads. Not in a function-local static: the first
 // calls may come from several threads at once, and one that blocked on the static's guard while
@@ -135,11 +113,19 @@ py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handl
   if (!ReduceOpOf(op.ptr(), &reduce_op) || !ScaleFactor(prescale.ptr(), &q.prescale) ||
       !ScaleFactor(postscale.ptr(), &q.postscale))
     return py::none();
-  BufferView view;
-  if (!view.Get(tensor.ptr(), PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (inplace ? PyBUF_WRITABLE : 0)))
+  // The array's own fields, not the buffer protocol: numpy builds (and caches on the array) a
+  // format string for each array it exports, ~5 us for the fresh view that a torch tensor's
+  // .numpy() is on every call.
+  const py::detail::PyArray_Proxy* arr = py::detail::array_proxy(tensor.ptr());
+  const int flags = arr->flags;
+  if (!(flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) ||
+      (inplace && !(flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_)))
     return py::none();
-  const int dtype = DtypeOfFormat(view->format, view->itemsize);
-  if (dtype < 0) return py::none();
+  const py::detail::PyArrayDescr_Proxy* descr = py::detail::array_descriptor_proxy(arr->descr);
+  const int dtype = DtypeOfTypeNum(descr->type_num);
+  if (dtype < 0 || descr->byteorder == (kLittleEndian ? '>' : '<')) return py::none();
+  std::vector<int64_t> shape(arr->dimensions, arr->dimensions + arr->nd);
+  const int64_t nbytes = NumElements(shape) * DataTypeSize(static_cast<DataType>(dtype));
   Py_ssize_t name_len = 0;
   const char* name_utf8 = PyUnicode_AsUTF8AndSize(name.ptr(), &name_len);
   if (name_utf8 == nullptr) {
@@ -150,13 +136,13 @@ py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handl
   py::object out;
   if (inplace) {
     out = py::reinterpret_borrow<py::object>(tensor);
-    s.output = view->buf;
+    s.output = arr->data;
   } else {
-    py::dtype descr = py::reinterpret_borrow<py::array>(tensor).dtype();
-    std::vector<int64_t> shape(view->shape, view->shape + view->ndim);
+    const py::dtype out_dtype = py::reinterpret_borrow<py::dtype>(arr->descr);
     try {
-      py::array a = view->len <= kSmallOutputBytes ? py::array(descr, std::vector<py::ssize_t>(shape.begin(), shape.end()))
-                                                   : AlignedEmpty(shape, descr);
+      py::array a = nbytes <= kSmallOutputBytes
+                        ? py::array(out_dtype, std::vector<py::ssize_t>(shape.begin(), shape.end()))
+                        : AlignedEmpty(shape, out_dtype);
       s.output = a.mutable_data();
       out = std::move(a);
     } catch (const std::bad_alloc&) {
@@ -165,10 +151,10 @@ py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handl
       return py::none();
     }
   }
-  s.input = view->buf;
+  s.input = arr->data;
   q.op = OpType::ALLREDUCE;
   q.name.assign(name_utf8, static_cast<size_t>(name_len));
-  q.shape.assign(view->shape, view->shape + view->ndim);
+  q.shape = std::move(shape);
   q.dtype = static_cast<DataType>(dtype);
   q.reduce_op = static_cast<ReduceOp>(reduce_op);
 
