@@ -4,10 +4,15 @@ without it, measured in one run.
     .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/keras_fit_overhead.py [--steps 60] [--repeats 3]
 
 For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alternates
-``--repeats`` times between two fits from the same initial weights on the same data:
+``--repeats`` times between three fits from the same initial weights on the same data:
   plain        model.fit with the bare Keras optimizer (no communication at all)
-  distributed  model.fit with DistributedOptimizer (one py_function hop per step, in which the
-               gradients are packed into one flat buffer and reduced in place by one request)
+  distributed  model.fit with DistributedOptimizer: the gradients reduced by the engine's own
+               TensorFlow op (csrc/tensorflow_kernels.cc: packed into one flat buffer, reduced
+               in place by one request, no Python in the step)
+  py_function  the same through the tf.py_function hop it falls back to (the path before the op)
+  raw in fit   the plain fit with one raw mpi4py Allreduce(IN_PLACE) of the gradient bytes after
+               every step (a callback): what moving those bytes costs inside training on this
+               machine, with no framework integration at all
 A step's time is the interval between consecutive ``on_train_batch_end`` calls; the first
 --warmup steps of each fit (tracing) are dropped. Reported: the median step time of each
 variant (median over ranks of each rank's median), the difference, and the ratio; and the
@@ -38,6 +43,7 @@ import tensorflow as tf  # noqa: E402
 
 import collectives  # noqa: E402
 import collectives.keras as hvd  # noqa: E402
+from collectives.adapters.tensorflow import engine_ops  # noqa: E402
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -51,21 +57,41 @@ class StepTimer(keras.callbacks.Callback):
         self.cpu.append(time.process_time())
 
 
+class RawAllreduceEachStep(keras.callbacks.Callback):
+    """After every step of a plain fit, one raw mpi4py Allreduce(IN_PLACE) of as many float32
+    values as the model has parameters: what moving the gradient bytes costs inside training
+    here (with the ranks kept in step, and the caches holding the model's working set instead
+    of a benchmark loop's one buffer), without any framework integration."""
+
+    def __init__(self, count):
+        super().__init__()
+        self.flat = np.zeros(count, dtype=np.float32)
+
+    def on_train_batch_end(self, batch, logs=None):
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, self.flat, op=MPI.SUM)
+
+
 def make_model(width, seed):
     keras.utils.set_random_seed(seed)
     return keras.Sequential([keras.Input((784,)), keras.layers.Dense(width, activation="relu"),
                              keras.layers.Dense(width, activation="relu"), keras.layers.Dense(10)])
 
 
-def fit_step_times(width, distributed, x, y, args):
+def fit_step_times(width, variant, x, y, args):
     model = make_model(width, seed=0)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-    if distributed:
+    if variant in ("distributed", "py_function"):
         optimizer = hvd.DistributedOptimizer(optimizer)
+    engine_ops.set_enabled(variant != "py_function")
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     timer = StepTimer()
+    callbacks = [timer]
+    if variant == "raw in fit":
+        callbacks.insert(0, RawAllreduceEachStep(model.count_params()))
     hvd.barrier()
-    model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+    model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
     periods = np.diff(timer.ends)[args.warmup:]
     cpu = np.diff(timer.cpu)[args.warmup:]
     return float(np.median(periods)), float(np.median(cpu))
@@ -119,36 +145,42 @@ def main():
     x = rng.normal(size=(n, 784)).astype(np.float32)
     y = rng.integers(0, 10, size=n)
 
+    variants = ("plain", "raw in fit", "distributed", "py_function")
     if hvd.rank() == 0:
         print(f"# {hvd.size()} ranks, {threads} TF threads per rank, batch {args.batch_size} per rank, "
               f"{args.steps} steps per fit ({args.warmup} dropped), {args.repeats} alternating repeats")
-        print(f"{'model':>22} {'params':>9} {'plain ms/step':>14} {'distributed ms/step':>20} "
-              f"{'overhead ms':>12} {'ratio':>6} {'cpu+ ms':>8} {'raw ms':>7} {'flat ms':>8} {'grouped ms':>10} "
-              f"{'overhead-raw':>12}")
+        print(f"{'model':>22} {'params':>9} {'plain ms':>9} {'raw-in-fit ms':>14} {'op ms':>7} {'py_fn ms':>9} "
+              f"{'overhead op':>12} "
+              f"{'overhead py_fn':>15} {'cpu+ op':>8} {'cpu+ py_fn':>10} {'raw ms':>7} {'flat ms':>8} "
+              f"{'grouped ms':>10} {'op-raw':>7} {'py_fn-raw':>10}")
     for width in args.widths:
-        times = {False: [], True: []}
+        times = {v: [] for v in variants}
         reduce_times = []
         for _ in range(args.repeats):
-            for distributed in (False, True):
-                times[distributed].append(fit_step_times(width, distributed, x, y, args))
+            for variant in variants:
+                times[variant].append(fit_step_times(width, variant, x, y, args))
             reduce_times.append(allreduce_times(make_model(width, 0)))
         # This rank's median over repeats, then the median over ranks.
-        mine = {d: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for d, v in times.items()}
+        mine = {v: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for v, t in times.items()}
         everyone = hvd.allgather_object(mine)
-        plain = statistics.median(m[False][0] for m in everyone) * 1e3
-        dist = statistics.median(m[True][0] for m in everyone) * 1e3
-        cpu_added = statistics.median(m[True][1] - m[False][1] for m in everyone) * 1e3
+        step = {v: statistics.median(m[v][0] for m in everyone) * 1e3 for v in variants}
+        cpu_added = {v: statistics.median(m[v][1] - m["plain"][1] for m in everyone) * 1e3 for v in variants}
         params = make_model(width, 0).count_params()
         raw, packed, grouped = (statistics.median(r[i] for r in reduce_times) * 1e3 for i in range(3))
+        over = {v: step[v] - step["plain"] for v in variants}
         if hvd.rank() == 0:
-            print(f"{'MLP 784-%d-%d-10' % (width, width):>22} {params:>9} {plain:>14.2f} {dist:>20.2f} "
-                  f"{dist - plain:>12.2f} {dist / plain:>6.2f} {cpu_added:>8.2f} {raw:>7.2f} {packed:>8.2f} "
-                  f"{grouped:>10.2f} {dist - plain - raw:>12.2f}", flush=True)
+            print(f"{'MLP 784-%d-%d-10' % (width, width):>22} {params:>9} {step['plain']:>9.2f} "
+                  f"{step['raw in fit']:>14.2f} {step['distributed']:>7.2f} {step['py_function']:>9.2f} {over['distributed']:>12.2f} "
+                  f"{over['py_function']:>15.2f} {cpu_added['distributed']:>8.2f} {cpu_added['py_function']:>10.2f} "
+                  f"{raw:>7.2f} {packed:>8.2f} {grouped:>10.2f} {over['distributed'] - raw:>7.2f} "
+                  f"{over['py_function'] - raw:>10.2f}", flush=True)
     if hvd.rank() == 0:
-        print(f"# raw: one mpi4py Allreduce(IN_PLACE) of all gradient bytes; flat: collectives.allreduce_ of them; "
-              f"grouped: collectives.grouped_allreduce_ of one array per weight; cpu+: process CPU per step added; "
-              f"medians of {args.repeats} repeats; target overhead-raw <= 0.3 ms; load average {load_before:.2f} "
-              f"before, {os.getloadavg()[0]:.2f} after")
+        print(f"# raw-in-fit: plain fit with a raw mpi4py Allreduce of the gradient bytes after each step; "
+              f"op: DistributedOptimizer through the engine's TensorFlow op; py_fn: through tf.py_function; "
+              f"overhead: step time over plain; raw: one mpi4py Allreduce(IN_PLACE) of all gradient bytes; flat: "
+              f"collectives.allreduce_ of them; grouped: collectives.grouped_allreduce_ of one array per weight; "
+              f"cpu+: process CPU per step added; medians of {args.repeats} repeats; target overhead-raw <= 0.3 ms; "
+              f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     hvd.shutdown()
 
 

@@ -153,6 +153,12 @@ KNOBS = {
                           "A thread waiting for its own result (a synchronous verb, synchronize()) runs the "
                           "negotiation cycles itself while the engine thread is idle, saving two thread "
                           "hand-offs per operation; host tensors only: 1, true, yes, on or 0, false, no, off."),
+    # Ours (csrc/tensorflow_kernels.cc).
+    "tensorflow_kernels": Knob("TENSORFLOW_KERNELS", _parse_bool, True,
+                               "Inside a tf.function, reduce the gradients of DistributedOptimizer and "
+                               "DistributedGradientTape with the engine's own TensorFlow op (registered through "
+                               "TensorFlow's C API) instead of a tf.py_function: 1, true, yes, on or 0, false, no, "
+                               "off."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
 

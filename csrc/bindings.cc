@@ -14,6 +14,7 @@
 #include "log.h"
 #include "process_id.h"
 #include "python_gil.h"
+#include "tensorflow_kernels.h"
 
 namespace py = pybind11;
 using namespace collectives;
@@ -217,6 +218,7 @@ PYBIND11_MODULE(_engine, m) {
              EngineConfig c = ConfigFromDict(config);
              Status st;
              gil::WithoutGil([&] { st = e.Start(comm, c); });
+             if (st.ok()) SetSlotEngine(&e);  // the engine framework kernels submit to
              return StatusTuple(st);
            })
       .def(
@@ -340,6 +342,8 @@ PYBIND11_MODULE(_engine, m) {
     return MakeDlpackCapsule(buf->data(), kDLCPU, 0, shape, static_cast<DataType>(dtype), buf);
   });
   m.def("forked_child_message", &ForkedChildMessage, py::arg("parent_pid"));
+  // "" once TensorFlow's ops are registered (tensorflow_kernels.h), else why they are not.
+  m.def("register_tensorflow_kernels", &RegisterTensorflowKernels);
   m.def("set_log_level", [](int level) { SetLogLevel(static_cast<LogLevel>(level)); });
   // float16/bfloat16 arithmetic as the MPI reductions and scaling run it (tests compare the
   // vector and the portable paths against numpy): op 0-3 reduces `in` into `inout` (Sum, Min,

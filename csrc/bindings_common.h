@@ -9,6 +9,7 @@
 
 #include "buffer_pool.h"
 #include "engine.h"
+#include "engine_slot.h"
 
 namespace py = pybind11;
 
@@ -35,6 +36,9 @@ constexpr auto kSignalCheck = std::chrono::milliseconds(20);
 struct EngineDeleter {
   void operator()(Engine* e) const {
     if (e->forked_child() || e->abandoned()) return;
+    // Shut down first, so that a framework kernel waiting on it (engine_slot.h) returns.
+    e->Shutdown();
+    ClearSlotEngine(e);
     delete e;
   }
 };

@@ -146,8 +146,9 @@ class Engine {
   // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
   // loops); true when done or unknown. `first`: the caller's first call for this handle, which
   // spins briefly before sleeping.
-  // While the engine thread is idle the caller runs the cycles itself (engine_inline.cc).
-  bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout);
+  // While the engine thread is idle the caller runs the cycles itself (engine_inline.cc), unless
+  // `run_cycles` is false (a framework kernel's thread: see tensorflow_kernels.cc).
+  bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles = true);
   // Removes a completed handle and returns its outcome.
   Result Collect(int64_t handle) { return handles_.Collect(handle); }
 

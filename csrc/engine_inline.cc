@@ -14,11 +14,11 @@
 
 namespace collectives {
 
-bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout) {
+bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles) {
   if (forked_child()) return true;
   const auto until = Clock::now() + timeout;
   bool done = false;
-  if (CallerMayRunCycles() && !handles_.Poll(handle)) done = RunCyclesInline(handle, until);
+  if (run_cycles && CallerMayRunCycles() && !handles_.Poll(handle)) done = RunCyclesInline(handle, until);
   if (!done) {
     // The engine thread runs the cycle (it was busy, or the wait ran out): Enqueue did not wake
     // it for a caller that waits, so do it now.

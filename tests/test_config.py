@@ -28,6 +28,7 @@ SAMPLES = {
     "shm_allreduce": ("SHM_ALLREDUCE", "0", False, "on", True),
     "shm_negotiation": ("SHM_NEGOTIATION", "off", False, "1", True),
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
+    "tensorflow_kernels": ("TENSORFLOW_KERNELS", "0", False, "yes", True),
     "autotune": ("AUTOTUNE", "1", True, "off", False),
     "autotune_log": ("AUTOTUNE_LOG", "/tmp/horovod.csv", "/tmp/horovod.csv", "/tmp/ours.csv", "/tmp/ours.csv"),
     "autotune_warmup_samples": ("AUTOTUNE_WARMUP_SAMPLES", "5", 5, "0", 0),

@@ -1,12 +1,13 @@
 """Reduces one step's gradients over the ranks: the part shared by DistributedGradientTape
 and the Keras DistributedOptimizer.
 
-The whole list crosses to the engine in ONE hop (one ``tf.py_function`` inside a
-``tf.function``): each group of dense gradients (one group, or the ``groups`` the user asked
-for) packed into one flat buffer per dtype and reduced in place as one request
-(gradient_buckets.py), whose views come back to TensorFlow without copies;
-``tf.IndexedSlices`` as allgathers of their values and indices, as Horovod does (unless
-``sparse_as_dense``).
+The whole list crosses to the engine in ONE hop: inside a ``tf.function``, dense Sum or
+Average gradients of known shapes go through the engine's own TensorFlow op
+(engine_ops.py, csrc/tensorflow_kernels.cc), everything else through one ``tf.py_function``
+(hops.py). Either way, each group of dense gradients (one group, or the ``groups`` the user
+asked for) is packed into one flat buffer per dtype and reduced in place as one request
+(gradient_buckets.py), whose views come back to TensorFlow without copies; ``tf.IndexedSlices``
+go as allgathers of their values and indices, as Horovod does (unless ``sparse_as_dense``).
 ``None`` gradients stay ``None`` (every rank must agree on which are ``None``, as in Horovod).
 With ``op=Adasum`` (DistributedGradientTape, as Horovod's tape) the gradients themselves are
 combined with Adasum, each tensor on its own (csrc/adasum.h); sparse gradients are refused.
@@ -26,9 +27,10 @@ from collectives.shared_failure import failing_together
 
 from .compression import Compression
 from .gradient_buckets import plan_buckets
-from .hops import run_hop
+from . import engine_ops
+from .hops import check_not_tf1_graph, check_not_xla, run_hop
 from .naming import digest
-from .process_sets import core_kwargs, included, set_size
+from .process_sets import core_kwargs, included, process_set_id, set_size
 from .tensors import share
 
 # Engine-side plans kept per hop: one per distinct list of dtypes and shapes (a traced step
@@ -172,8 +174,15 @@ class GradientReducer:
         inputs = [compressed[i] for i in dense_order]
         for i in sparse_idx:
             inputs += [grads[i].values, grads[i].indices]
-        outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post), inputs,
-                          [t.dtype for t in inputs], "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
+        if not sparse_idx and op in (Sum, Average) and engine_ops.can_reduce_gradients(inputs):
+            check_not_tf1_graph("reduce_gradients")
+            check_not_xla("reduce_gradients")
+            outputs = engine_ops.reduce_gradients(inputs, [len(g) for g in groups],
+                                                  f"{self.prefix}.{engine_ops.base_digest(inputs)}", op, pre, post,
+                                                  process_set_id(self.process_set))
+        else:
+            outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post), inputs, [t.dtype for t in inputs],
+                              "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
 
         result = list(grads)
         for i, out in zip(dense_order, outputs):

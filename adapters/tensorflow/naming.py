@@ -13,8 +13,9 @@ import zlib
 def digest(arrays, ragged=()):
     """A short hex digest of the arrays' dtypes and shapes; for the indices in ``ragged``
     (allgathered values) only the trailing dimensions count, the first may differ per rank."""
-    parts = []
-    for i, a in enumerate(arrays):
-        shape = a.shape[1:] if i in ragged else a.shape
-        parts.append(f"{a.dtype.str}{shape}")
-    return format(zlib.crc32(";".join(parts).encode()), "08x")
+    return digest_of((a.dtype, a.shape[1:] if i in ragged else a.shape) for i, a in enumerate(arrays))
+
+
+def digest_of(pairs):
+    """The digest of (numpy dtype, shape tuple) pairs."""
+    return format(zlib.crc32(";".join(f"{dtype.str}{tuple(shape)}" for dtype, shape in pairs).encode()), "08x")
