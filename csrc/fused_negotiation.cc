@@ -80,11 +80,8 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
     if (inout[1] != in[1]) {
       inout[1] = 0;  // not every rank carries the same entry: nothing here is used
     } else if (inout[1] != 0) {
-      const uint64_t d = inout[1];
-      const DataType dtype = static_cast<DataType>((d >> 20) & 0xFF);
-      const ReduceOp op = static_cast<ReduceOp>((d >> 28) & 0xFF);
-      const int64_t count = static_cast<int64_t>(d >> 36);
-      CombinePayload(in + kHeaderWords + bit_words, inout + kHeaderWords + bit_words, dtype, op, count);
+      const Payload p = Described(inout[1]);
+      CombinePayload(in + kHeaderWords + bit_words, inout + kHeaderWords + bit_words, p.dtype, p.op, p.count);
     }
     in += total;
     inout += total;
@@ -127,12 +124,10 @@ void FusedNegotiation::CombineShared() {
   }
   b[1] = descriptor;
   if (descriptor == 0) return;
-  const DataType dtype = static_cast<DataType>((descriptor >> 20) & 0xFF);
-  const ReduceOp op = static_cast<ReduceOp>((descriptor >> 28) & 0xFF);
-  const int64_t count = static_cast<int64_t>(descriptor >> 36);
-  std::memcpy(result(), first + kHeaderWords + bit_words_, static_cast<size_t>(count * DataTypeSize(dtype)));
+  const Payload p = Described(descriptor);
+  std::memcpy(result(), first + kHeaderWords + bit_words_, static_cast<size_t>(p.count * DataTypeSize(p.dtype)));
   for (int r = 1; r < size_; ++r)  // rank order: every rank adds alike
-    CombinePayload(shared_.Record(r) + kHeaderWords + bit_words_, result(), dtype, op, count);
+    CombinePayload(shared_.Record(r) + kHeaderWords + bit_words_, result(), p.dtype, p.op, p.count);
 }
 
 int FusedNegotiation::ClassOf(int64_t bytes) {

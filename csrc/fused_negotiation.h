@@ -61,6 +61,16 @@ class FusedNegotiation {
   // A nonzero descriptor of cache entry `bit` (bit < 2^20, count < 2^28).
   static uint64_t Describe(int bit, DataType dtype, ReduceOp op, int64_t count);
   static int DescribedBit(uint64_t descriptor) { return static_cast<int>(descriptor & 0xFFFFF) - 1; }
+  // The payload a descriptor announces (what Describe packed, less the bit).
+  struct Payload {
+    DataType dtype;
+    ReduceOp op;
+    int64_t count;
+  };
+  static Payload Described(uint64_t descriptor) {
+    return {static_cast<DataType>((descriptor >> 20) & 0xFF), static_cast<ReduceOp>((descriptor >> 28) & 0xFF),
+            static_cast<int64_t>(descriptor >> 36)};
+  }
 
   // Before Run: this rank's candidate has `bytes` of payload; the next cycles' capacity takes it
   // into account. Whether it rides along in this cycle: Fits.

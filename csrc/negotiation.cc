@@ -364,16 +364,15 @@ int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bo
     const int64_t n = NumElements(q.shape);
     bytes = n * DataTypeSize(q.dtype);
     fused_.Announce(bytes);
-    if (!fused_.Fits(bytes)) p = nullptr;  // this cycle's capacity is smaller: the ordinary path
-  }
-  if (p) {
-    const Request& q = p->request;
-    const int64_t n = NumElements(q.shape);
-    descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
-    payload = p->input;
-    if (q.prescale != 1.0) {  // as Engine::Allreduce scales before reducing
-      ScaledCopy(scaled, p->input, n, q.dtype, q.prescale);
-      payload = scaled;
+    if (fused_.Fits(bytes)) {
+      descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
+      payload = p->input;
+      if (q.prescale != 1.0) {  // as Engine::Allreduce scales before reducing
+        ScaledCopy(scaled, p->input, n, q.dtype, q.prescale);
+        payload = scaled;
+      }
+    } else {
+      p = nullptr;  // this cycle's capacity is smaller: the ordinary path
     }
   }
   uint64_t got = 0;
