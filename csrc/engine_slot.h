@@ -8,7 +8,8 @@ namespace collectives {
 
 class Engine;
 
-// Set when an engine has started, cleared (waiting out the leases) before it is destroyed.
+// Set when an engine has started; cleared before it is destroyed, waiting out the leases on it
+// (the slot may already hold a newer engine by then).
 void SetSlotEngine(Engine* engine);
 void ClearSlotEngine(Engine* engine);
 

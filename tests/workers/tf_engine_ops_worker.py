@@ -10,7 +10,9 @@ Checked on every rank, against numpy references from every rank's inputs:
   - ranks that reduce with different ops: tf.errors.FailedPreconditionError on every rank
     (tf.errors.UnknownError through the py_function);
   - after shutdown(), the traced step raises FailedPreconditionError; after init() again it
-    reduces again.
+    reduces again;
+  - shutdown() while a step waits in the op (its peers never run it) ends that step with
+    tf.errors.AbortedError.
 """
 import os
 import sys
@@ -171,6 +173,44 @@ def check_shutdown_and_init(rank, size):
     np.testing.assert_allclose(out[0].numpy(), want, rtol=1e-6, atol=1e-6)
 
 
+def check_shutdown_while_waiting(rank, size):
+    """Rank 0 runs a traced step in a thread; the others never do. After 1 s rank 0 shuts down
+    while its step waits in the op (the others shut down 2 s later): the step fails, with
+    tf.errors.AbortedError through the op, within seconds; init() then starts again."""
+    import threading
+    import time
+
+    step = tape_step(hvd.Sum)
+    mine = [tf.constant(a) for a in inputs_of(rank)]
+    step(mine)  # traced and run once everywhere
+    hvd.barrier()
+    outcome = {}
+    thread = None
+    if rank == 0:
+        def run():
+            try:
+                step(mine)
+                outcome["error"] = None
+            except tf.errors.OpError as error:
+                outcome["error"] = error
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+    time.sleep(1.0 if rank == 0 else 3.0)
+    alive_at_shutdown = thread is not None and thread.is_alive()
+    hvd.shutdown()
+    try:
+        if rank == 0:
+            assert alive_at_shutdown, f"the step ended without its peers: {outcome}"
+            thread.join(timeout=30)
+            assert not thread.is_alive(), "the step still waits 30 s after shutdown()"
+            error = outcome.get("error")
+            assert error is not None, "the step succeeded without its peers"
+            if MODE == "op":
+                assert isinstance(error, tf.errors.AbortedError), (type(error), str(error))
+    finally:
+        hvd.init()
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -182,6 +222,7 @@ def main():
     chk.check("an op mismatch fails every rank", lambda: check_mismatch(rank, size))
     hvd.remove_process_set(subset)
     chk.check("shutdown, then init again", lambda: check_shutdown_and_init(rank, size))
+    chk.check("shutdown while a step waits in the op", lambda: check_shutdown_while_waiting(rank, size))
     hvd.shutdown()
     chk.finish()
 
