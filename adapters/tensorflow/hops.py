@@ -22,8 +22,9 @@ whatever order its inter-op threads pick them, differently on each rank, and a `
 hop holds its thread while it waits for the other ranks: two ranks could pair different
 tensors under one automatic name (silently wrong results) or each block every thread on a
 collective the other has not reached yet (a deadlock). Horovod avoids both with asynchronous
-C++ kernels, which this framework-free build cannot register; a ``tf.function`` orders its
-stateful ops, so it has neither problem.
+kernels and graph-fixed names for every collective, which we have not built (our one kernel,
+engine_ops.py, is synchronous too); a ``tf.function`` orders its stateful ops, so it has
+neither problem.
 
 Errors: an eager hop raises collectives errors as the TensorFlow types Horovod's ops raise
 (``errors.as_tensorflow_error``); inside a ``tf.function`` TensorFlow types them itself.
