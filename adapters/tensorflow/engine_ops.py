@@ -6,7 +6,7 @@ TensorFlow without one of the C functions, or ``COLLECTIVES_TENSORFLOW_KERNELS=0
 back to the ``tf.py_function`` hop (hops.py), which does the same work.
 
 Today there is one: ``reduce_gradients``, what GradientReducer's hop does for dense gradients
-reduced with Sum or Average, used inside a ``tf.function`` (Keras ``model.fit``'s train step,
+(with any reduction but Adasum), used inside a ``tf.function`` (Keras ``model.fit``'s train step,
 DistributedGradientTape in a compiled step). Its errors have the types Horovod's ops raise
 (``tf.errors.FailedPreconditionError`` for a mismatch, ``AbortedError`` after a shutdown, ...).
 """

@@ -1,8 +1,8 @@
 """Reduces one step's gradients over the ranks: the part shared by DistributedGradientTape
 and the Keras DistributedOptimizer.
 
-The whole list crosses to the engine in ONE hop: inside a ``tf.function``, dense Sum or
-Average gradients of known shapes go through the engine's own TensorFlow op
+The whole list crosses to the engine in ONE hop: inside a ``tf.function``, dense gradients
+of known shapes (reduced with anything but Adasum) go through the engine's own TensorFlow op
 (engine_ops.py, csrc/tensorflow_kernels.cc), everything else through one ``tf.py_function``
 (hops.py). Either way, each group of dense gradients (one group, or the ``groups`` the user
 asked for) is packed into one flat buffer per dtype and reduced in place as one request
@@ -174,7 +174,7 @@ class GradientReducer:
         inputs = [compressed[i] for i in dense_order]
         for i in sparse_idx:
             inputs += [grads[i].values, grads[i].indices]
-        if not sparse_idx and op in (Sum, Average) and engine_ops.can_reduce_gradients(inputs):
+        if not sparse_idx and op != Adasum and engine_ops.can_reduce_gradients(inputs):
             check_not_tf1_graph("reduce_gradients")
             check_not_xla("reduce_gradients")
             outputs = engine_ops.reduce_gradients(inputs, [len(g) for g in groups],
