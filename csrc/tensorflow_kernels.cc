@@ -281,14 +281,20 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
 
   std::vector<int64_t> handles;
   Status failure;
+  int failure_code = tf::kOk;  // the TensorFlow type of `failure`
+  // After a failure at group j, the other ranks must not wait for the groups not sent.
+  auto announce_from = [&](size_t j) {
+    std::vector<Request> unsent;
+    for (size_t k = j; k < requests.size(); ++k) unsent.insert(unsent.end(), requests[k].begin(), requests[k].end());
+    if (!unsent.empty()) e->AnnounceFailure(std::move(unsent), failure.message);
+  };
   for (size_t j = 0; j < groups.size() && failure.ok(); ++j) {
     try {
       for (Bucket& b : groups[j]) Pack(&b, inputs);
     } catch (const std::bad_alloc&) {
-      std::vector<Request> unsent;
-      for (size_t k = j; k < requests.size(); ++k) unsent.insert(unsent.end(), requests[k].begin(), requests[k].end());
-      e->AnnounceFailure(std::move(unsent), "MemoryError: no memory for the gradients' buffer");
-      failure = Status::Error(StatusCode::INTERNAL, "collectives: no memory for the gradients' buffer");
+      failure = Status::Error(StatusCode::INTERNAL, "collectives: no memory for the gradients' buffer (MemoryError)");
+      failure_code = tf::kResourceExhausted;
+      announce_from(j);
       break;
     }
     std::vector<Submission> subs;
@@ -301,6 +307,10 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
     std::vector<int64_t> ids;
     failure = e->Enqueue(std::move(subs), &ids, /*caller_waits=*/false);
     handles.insert(handles.end(), ids.begin(), ids.end());
+    if (!failure.ok()) {
+      failure_code = TfCode(failure.code);
+      announce_from(j + 1);  // group j: Enqueue announces the names whose input it rejects
+    }
   }
   // Every submitted request writes into its buffer until it completes: wait for all of them.
   // The engine thread runs the cycles, not this TensorFlow thread: in model.fit, cycles run
@@ -311,9 +321,12 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
     for (bool once = true; !e->Wait(h, once, std::chrono::milliseconds(1000), /*run_cycles=*/false); once = false) {
     }
     Result r = e->Collect(h);
-    if (!r.status.ok() && failure.ok()) failure = r.status;
+    if (!r.status.ok() && failure.ok()) {
+      failure = r.status;
+      failure_code = TfCode(failure.code);
+    }
   }
-  if (!failure.ok()) return Fail(ctx, TfCode(failure.code), failure.message);
+  if (!failure.ok()) return Fail(ctx, failure_code, failure.message);
 
   for (const auto& group : groups)
     for (const Bucket& b : group)
