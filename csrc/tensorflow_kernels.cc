@@ -318,7 +318,7 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
   // (an MLP's 670k gradients, np=2: 5.9-13 ms per step against 4.9-5.1 ms; stage means of
   // negotiation 0.8-1.5 ms against 0.3-0.4 ms, hand-back 0.5-5.8 ms against 0.03-0.07 ms).
   for (const int64_t h : handles) {
-    for (bool once = true; !e->Wait(h, once, std::chrono::milliseconds(1000), /*run_cycles=*/false); once = false) {
+    for (bool first = true; !e->Wait(h, first, std::chrono::milliseconds(1000), /*run_cycles=*/false); first = false) {
     }
     Result r = e->Collect(h);
     if (!r.status.ok() && failure.ok()) {

@@ -18,7 +18,9 @@ import tensorflow as tf
 from collectives import config
 from collectives._loader import engine_module
 
+from .hops import check_not_tf1_graph, check_not_xla
 from .naming import digest_of
+from .tensors import SUPPORTED_DTYPES
 
 try:  # private, but the way every generated op wrapper builds its node
     from tensorflow.python.framework import op_def_library as _op_def_library
@@ -26,7 +28,6 @@ except ImportError:  # pragma: no cover - a future TensorFlow without it
     _op_def_library = None
 
 _OP = "CollectivesReduceGradients"
-_TYPES = (tf.float32, tf.float64, tf.int32, tf.uint8, tf.int16, tf.int8, tf.int64, tf.bool, tf.bfloat16, tf.float16)
 _problem = None  # None: not tried yet; "": registered; else why the ops are unavailable
 _disabled = False  # set_enabled(False): the py_function path, for comparisons in one process
 
@@ -59,7 +60,7 @@ def can_reduce_gradients(inputs):
     fully known shapes and of dtypes the op reduces, and the ops registered."""
     if _disabled or tf.executing_eagerly() or not inputs:
         return False
-    if not all(t.shape.is_fully_defined() and t.dtype in _TYPES for t in inputs):
+    if not all(t.shape.is_fully_defined() and t.dtype in SUPPORTED_DTYPES for t in inputs):
         return False
     return unavailable_reason() == ""
 
@@ -72,7 +73,10 @@ def base_digest(inputs):
 
 def reduce_gradients(inputs, group_sizes, base_name, op, prescale, postscale, process_set_id):
     """The op's outputs: ``inputs`` reduced over the ranks, group by group (``group_sizes``
-    consecutive inputs each), under the names ``<base_name>.g<j>`` (see the kernel)."""
+    consecutive inputs each), under the names ``<base_name>.g<j>`` (see the kernel). Refused in
+    a TF1 graph or an XLA-compiled function, as the py_function hop (hops.py) is."""
+    check_not_tf1_graph("reduce_gradients")
+    check_not_xla("reduce_gradients")
     _, _, node, _ = _op_def_library._apply_op_helper(
         _OP, tensors=list(inputs), group_sizes=[int(n) for n in group_sizes], base_name=base_name,
         reduce_op=int(op), scales=f"{float(prescale)!r} {float(postscale)!r}", process_set=int(process_set_id),

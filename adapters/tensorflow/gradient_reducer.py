@@ -28,7 +28,7 @@ from collectives.shared_failure import failing_together
 from .compression import Compression
 from .gradient_buckets import plan_buckets
 from . import engine_ops
-from .hops import check_not_tf1_graph, check_not_xla, run_hop
+from .hops import run_hop
 from .naming import digest
 from .process_sets import core_kwargs, included, process_set_id, set_size
 from .tensors import share
@@ -175,8 +175,6 @@ class GradientReducer:
         for i in sparse_idx:
             inputs += [grads[i].values, grads[i].indices]
         if not sparse_idx and op != Adasum and engine_ops.can_reduce_gradients(inputs):
-            check_not_tf1_graph("reduce_gradients")
-            check_not_xla("reduce_gradients")
             outputs = engine_ops.reduce_gradients(inputs, [len(g) for g in groups],
                                                   f"{self.prefix}.{engine_ops.base_digest(inputs)}", op, pre, post,
                                                   process_set_id(self.process_set))
