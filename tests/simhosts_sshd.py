@@ -54,7 +54,7 @@ class Session:
         if os.path.exists(os.path.join(self.refuse_dir, hostname)):
             self.send(STDERR, f"{user}@{hostname}: Permission denied (publickey,password).\n".encode())
             self.send(EXIT, b"255")
-            self.conn.close()
+            self.close(reader=threading.Thread(target=self.drain, daemon=True))
             return
         child = subprocess.Popen(["sh", "-c", request["command"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, env=login_environment(user), start_new_session=True)
@@ -62,12 +62,36 @@ class Session:
                  threading.Thread(target=self.pump_out, args=(child.stderr, STDERR), daemon=True)]
         for t in pumps:
             t.start()
-        threading.Thread(target=self.pump_in, args=(child.stdin,), daemon=True).start()
+        reader = threading.Thread(target=self.pump_in, args=(child.stdin,), daemon=True)
+        reader.start()
         code = child.wait()
         for t in pumps:
             t.join()
         self.send(EXIT, str(code if code >= 0 else 255).encode())
+        self.close(reader)
+
+    def close(self, reader):
+        """End the session once the client has nothing more in flight. Closing a socket with
+        unread input makes the kernel send a reset, and a client that gets it before reading the
+        last frames loses them (a refused login then looked like "Connection ... closed by remote
+        host" instead of "Permission denied"): so say that we are done writing, let ``reader``
+        (started here if not yet) consume the client's input to its end, then close."""
+        try:
+            self.conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if not reader.is_alive() and reader.ident is None:
+            reader.start()
+        reader.join(timeout=5)
         self.conn.close()
+
+    def drain(self):
+        """Read and drop the client's input until it closes (a refused session reads nothing)."""
+        try:
+            while self.conn.recv(65536):
+                pass
+        except OSError:
+            pass
 
     def pump_out(self, pipe, channel):
         while True:
