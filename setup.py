@@ -129,6 +129,8 @@ SOURCES = [
     "execution.cc",
     "fused_negotiation.cc",
     "shm_allreduce.cc",
+    "cross_memory_allreduce.cc",
+    "shared_word.cc",
     "shared_exchange.cc",
     "shared_segment.cc",
     "gpu_kernels.cc",

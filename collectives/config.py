@@ -143,6 +143,12 @@ KNOBS = {
                           "When every rank runs on one host, allreduce host tensors of 8 to 512 KiB through "
                           "a segment of shared memory (copy in, each rank reduces its share, copy out) "
                           "instead of MPI: 1, true, yes, on or 0, false, no, off."),
+    # Ours (csrc/cross_memory_allreduce.h).
+    "cma_allreduce": Knob("CMA_ALLREDUCE", _parse_bool, True,
+                          "When every rank runs on one host, allreduce host tensors above 512 KiB by "
+                          "cross-memory attach (process_vm_readv/writev: any rank on a core reduces chunks "
+                          "of every rank's tensor and writes the result into each) instead of MPI: 1, true, "
+                          "yes, on or 0, false, no, off."),
     # Ours (csrc/shared_exchange.h).
     "shm_negotiation": Knob("SHM_NEGOTIATION", _parse_bool, True,
                             "When every rank runs on one host, exchange each cycle's negotiation message "
@@ -201,7 +207,7 @@ def engine_config(values, environ=None):
     autotuning must leave alone)."""
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
             "stall_check_s", "stall_shutdown_s", "init_timeout_s", "buffer_pool_bytes", "hierarchical_allreduce",
-            "hierarchical_allgather", "shm_allreduce", "shm_negotiation", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
+            "hierarchical_allgather", "shm_allreduce", "cma_allreduce", "shm_negotiation", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
             "autotune_steps_per_sample", "autotune_bayes_opt_max_samples")
     result = {k: values[k] for k in keys}
     result["autotune_fixed"] = [k for k in AUTOTUNED if is_set(k, environ)]

@@ -37,6 +37,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("hierarchical_allreduce")) c.hierarchical_allreduce = d["hierarchical_allreduce"].cast<bool>();
   if (d.contains("hierarchical_allgather")) c.hierarchical_allgather = d["hierarchical_allgather"].cast<bool>();
   if (d.contains("shm_allreduce")) c.shm_allreduce = d["shm_allreduce"].cast<bool>();
+  if (d.contains("cma_allreduce")) c.cma_allreduce = d["cma_allreduce"].cast<bool>();
   if (d.contains("shm_negotiation")) c.shm_negotiation = d["shm_negotiation"].cast<bool>();
   if (d.contains("caller_cycles")) c.caller_cycles = d["caller_cycles"].cast<bool>();
   if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();

@@ -178,6 +178,9 @@ Status Engine::Setup(MPI_Comm comm) {
   setup_step_ = "the shared-memory allreduce's segment (needs every rank)";
   st = shm_.Init(comm_, local_size_, config_.shm_allreduce);
   if (!st.ok()) return st;
+  setup_step_ = "the cross-memory allreduce's segment and probe (needs every rank)";
+  st = cma_.Init(comm_, local_size_, config_.cma_allreduce);
+  if (!st.ok()) return st;
   st = StartAutotune();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
@@ -272,6 +275,7 @@ void Engine::Teardown() {
   fusion_.reset();
   hierarchy_.Release();
   shm_.Release();
+  cma_.Release();
   pending_.clear();
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.

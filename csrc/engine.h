@@ -36,6 +36,7 @@
 #include "process_id.h"
 #include "process_set.h"
 #include "response_cache.h"
+#include "cross_memory_allreduce.h"
 #include "shm_allreduce.h"
 #include "status.h"
 #include "timeline.h"
@@ -59,6 +60,7 @@ struct EngineConfig {
   bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
   bool hierarchical_allgather = false;
   bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
+  bool cma_allreduce = true;  // large host allreduces by cross-memory attach on one host (cross_memory_allreduce.h)
   bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
   bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
   AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
@@ -270,6 +272,7 @@ class Engine {
   MpiBackend backend_;
   Hierarchy hierarchy_;  // the hierarchical algorithms and whether each call uses them
   ShmAllreduce shm_;     // allreduces through shared memory when the job is on one host
+  CrossMemoryAllreduce cma_;  // the larger ones, by cross-memory attach, on one host too
   Autotuner autotune_;   // engine thread, but for state()
   std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor

@@ -157,9 +157,10 @@ Status Engine::Allreduce(const ProcessSet& ps, const Response& r, const void* in
   if (hierarchy_.UseForAllreduce(ps.id, n))  // scaled once per element, by the rank owning its shard
     return hierarchy_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op,
                                 [&](void* shard, int64_t k) { PostReduce(ps, r, shard, k); });
-  Status st = shm_.UseFor(ps.id, n * DataTypeSize(r.dtype))
-                  ? shm_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
-                  : backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
+  const int64_t bytes = n * DataTypeSize(r.dtype);
+  Status st = cma_.UseFor(ps.id, bytes)   ? cma_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
+              : shm_.UseFor(ps.id, bytes) ? shm_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
+                                          : backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
   if (st.ok()) PostReduce(ps, r, output, n);
   return st;
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "shared_word.h"
 #include "status.h"
 
 namespace collectives {
@@ -52,10 +53,8 @@ class SharedExchange {
   const uint64_t* Record(int rank) const { return reinterpret_cast<const uint64_t*>(Slot(rank, exchanges_)); }
 
  private:
-  struct alignas(128) Line {  // two cache lines: no false sharing with the adjacent-line prefetch
-    std::atomic<uint32_t> published;  // exchanges this rank has published (a futex word; wraps)
-    std::atomic<uint32_t> sleepers;   // peers asleep on `published`: a publish with none makes no system call
-  };
+  // Per rank: the count of exchanges it has published (shared_word.h).
+  using Line = SharedWord;
   Line* LineOf(int rank) const { return reinterpret_cast<Line*>(base_) + rank; }
   char* Slot(int rank, uint64_t exchange) const {
     return slots_ + (static_cast<size_t>(rank) * 2 + (exchange & 1)) * slot_bytes_;

@@ -8,7 +8,8 @@
 // COLLECTIVES_SHM_ALLREDUCE on and off, two pairs of runs at load 1.6): 64 KiB 85 vs 118 us in
 // place; out of place 8-30% faster from 64 KiB to 16 MiB; but in place from 1 MiB up MPICH's
 // in-place algorithm, which copies less, was as fast or faster (1 MiB 500 vs 419 us, 16 MiB
-// 6.9 vs 6.5 ms). So allreduces above one slot stay on MPI: whether a call is in place differs
+// 6.9 vs 6.5 ms). So allreduces above one slot go elsewhere (by cross-memory attach,
+// cross_memory_allreduce.h, or on MPI where that is off): whether a call is in place differs
 // between ranks (a joined rank's zeros, allreduce_ on one rank and allreduce on another), and
 // every rank must take the same path, so the choice can only follow the size.
 //
@@ -44,7 +45,7 @@ class ShmAllreduce {
   // Smaller allreduces stay on MPI: there the fixed cost of the barriers is what counts, and the
   // cached small ones ride in the negotiation anyway (fused_negotiation.h).
   static constexpr int64_t kMinBytes = 8 * 1024;
-  // Larger ones too (see above): one piece at most.
+  // Larger ones go elsewhere (see above): one piece at most.
   static constexpr int64_t kMaxBytes = kSlotBytes;
 
   ~ShmAllreduce() { Release(); }

@@ -26,6 +26,7 @@ SAMPLES = {
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", "1", True, "off", False),
     "hierarchical_allgather": ("HIERARCHICAL_ALLGATHER", "yes", True, "0", False),
     "shm_allreduce": ("SHM_ALLREDUCE", "0", False, "on", True),
+    "cma_allreduce": ("CMA_ALLREDUCE", "off", False, "1", True),
     "shm_negotiation": ("SHM_NEGOTIATION", "off", False, "1", True),
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
     "tensorflow_kernels": ("TENSORFLOW_KERNELS", "0", False, "yes", True),
