@@ -139,6 +139,7 @@ SOURCES = [
     "half_math.cc",
     "handle_table.cc",
     "hierarchical.cc",
+    "layout_check.cc",
     "log.cc",
     "message.cc",
     "mpi_backend.cc",

@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "gpu_loader.h"
 #include "half_math.h"
+#include "layout_check.h"
 #include "log.h"
 #include "process_id.h"
 #include "python_gil.h"
@@ -291,6 +292,24 @@ PYBIND11_MODULE(_engine, m) {
              }
              e.AnnounceFailure(std::move(reqs), reason);
            })
+      .def("check_layout",
+           // (code, message): the one-time check that every rank of the set reduces the same
+           // gradient layout (layout_check.h; adapters/tensorflow/gradient_reducer.py). Waits
+           // without the GIL, running Python's signal handlers as wait() does.
+           [](Engine& e, const std::string& name, const std::string& record, int32_t process_set) {
+             if (e.forked_child())
+               return StatusTuple(Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.owner_pid())));
+             const Status st = CheckLayout(&e, name, record, process_set, [&](int64_t handle) {
+               for (bool first = true;; first = false) {
+                 bool done = false;
+                 gil::WithoutGil([&] { done = e.Wait(handle, first, kSignalCheck); });
+                 if (done) return;
+                 if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+               }
+             });
+             return StatusTuple(st);
+           },
+           py::arg("name"), py::arg("record"), py::arg("process_set"))
       .def("poll", &Engine::Poll)
       .def("wait",
            // Blocks without the GIL, then removes the handle and returns

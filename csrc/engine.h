@@ -157,6 +157,18 @@ class Engine {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
+  // Gradient layouts that every rank of a process set was found to share (layout_check.h), so
+  // that each is checked once per engine: a new engine (init() after shutdown(), on every rank)
+  // checks again. Any thread.
+  bool LayoutAgreed(const std::string& key) {
+    std::lock_guard<std::mutex> lock(layouts_mu_);
+    return agreed_layouts_.count(key) > 0;
+  }
+  void MarkLayoutAgreed(const std::string& key) {
+    std::lock_guard<std::mutex> lock(layouts_mu_);
+    agreed_layouts_.insert(key);
+  }
+
  private:
   struct Pending {
     Request request;
@@ -349,6 +361,9 @@ class Engine {
   FusedNegotiation fused_;  // small allreduces carried by the negotiation (whole job, size > 1)
   uint64_t fused_done_ = 0, fused_discarded_ = 0;  // for the stage report
   uint64_t inline_cycles_ = 0;                       // cycles run by waiting callers (the same)
+
+  std::mutex layouts_mu_;
+  std::unordered_set<std::string> agreed_layouts_;  // LayoutAgreed
 };
 
 }  // namespace collectives

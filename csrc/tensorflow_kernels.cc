@@ -12,7 +12,10 @@
 //     first use), each member starting at a 64-byte boundary, gaps zeroed;
 //   - a group with one buffer is one request named `<base>.g<j>`; a group with several is a
 //     grouped request `<base>.g<j>` of members `<base>.g<j>.<b>`; each is reduced in place;
-//   - the outputs are tensors over the buffer's memory (no copy back), which keep it alive.
+//   - the outputs are tensors over the buffer's memory (no copy back), which keep it alive;
+//   - before the first reduction of a layout on this engine, the layout check (layout_check.h)
+//     under the attribute `layout_check`'s name: ranks whose gradients' shapes differ fail
+//     there, every one with FailedPreconditionError, instead of waiting for each other.
 // Errors come back as TensorFlow statuses of the types Horovod's ops use (as
 // adapters/tensorflow/errors.py maps them); bad input found here before submitting fails the
 // names on the other ranks too, as the Python layer's failing_together does.
@@ -29,6 +32,7 @@
 #include "buffer_pool.h"
 #include "engine.h"
 #include "engine_slot.h"
+#include "layout_check.h"
 #include "tensorflow_c_api.h"
 #include "tensorflow_kernels.h"
 
@@ -93,6 +97,11 @@ struct ReduceAttrs {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t process_set = 0;
+  // The one-time check that every rank reduces the same layout (layout_check.h): its name
+  // (empty: none) and this rank's record, made by the Python side when the graph was traced
+  // (the op takes only fully known shapes).
+  std::string layout_check;
+  std::string layout;
 };
 
 // One input's place in a packed buffer, in elements.
@@ -121,15 +130,23 @@ struct Input {
   int64_t count = 0;
 };
 
+// A string attribute; false (with `st` set) when it cannot be read.
+bool GetStringAttr(TF_OpKernelConstruction* ctx, const char* name, std::string* out, TF_Status* st) {
+  int32_t list_size = 0, total_size = 0;
+  g_tf->OpKernelConstruction_GetAttrSize(ctx, name, &list_size, &total_size, st);
+  if (g_tf->GetCode(st) != tf::kOk) return false;
+  out->assign(static_cast<size_t>(total_size), '\0');
+  if (total_size > 0) g_tf->OpKernelConstruction_GetAttrString(ctx, name, &(*out)[0], out->size(), st);
+  return g_tf->GetCode(st) == tf::kOk;
+}
+
 void* CreateReduce(TF_OpKernelConstruction* ctx) {
   TfStatus st;
   auto attrs = std::make_unique<ReduceAttrs>();
   int32_t list_size = 0, total_size = 0;
-  g_tf->OpKernelConstruction_GetAttrSize(ctx, "base_name", &list_size, &total_size, st.s);
-  if (st.ok()) {
-    attrs->base_name.assign(static_cast<size_t>(total_size), '\0');
-    g_tf->OpKernelConstruction_GetAttrString(ctx, "base_name", &attrs->base_name[0], attrs->base_name.size(), st.s);
-  }
+  if (GetStringAttr(ctx, "base_name", &attrs->base_name, st.s) &&
+      GetStringAttr(ctx, "layout_check", &attrs->layout_check, st.s))
+    GetStringAttr(ctx, "layout", &attrs->layout, st.s);
   if (st.ok()) g_tf->OpKernelConstruction_GetAttrSize(ctx, "group_sizes", &list_size, &total_size, st.s);
   if (st.ok()) {
     attrs->group_sizes.resize(static_cast<size_t>(list_size));
@@ -263,6 +280,17 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
                 e == nullptr ? "collectives has not been initialized; call init() first"
                              : "collectives: this process was forked from the one that called init()");
 
+  // The first time on this engine that this layout is reduced, every rank checks that the others
+  // reduce the same one (a shape that differs would give them different names, and a stall):
+  // before anything is submitted, so that a mismatch leaves nothing pending.
+  if (!a.layout_check.empty()) {
+    const Status checked = CheckLayout(e, a.layout_check, a.layout, a.process_set, [e](int64_t h) {
+      for (bool first = true; !e->Wait(h, first, std::chrono::milliseconds(1000), /*run_cycles=*/false); first = false) {
+      }
+    });
+    if (!checked.ok()) return Fail(ctx, TfCode(checked.code), checked.message);
+  }
+
   // Plan every group and its requests first, so that a failure to pack can name them all.
   std::vector<std::vector<Bucket>> groups;
   std::vector<std::vector<Request>> requests;
@@ -359,6 +387,8 @@ std::string Register() {
   g_tf->OpDefinitionBuilderAddAttr(op, "reduce_op: int");
   g_tf->OpDefinitionBuilderAddAttr(op, "scales: string");
   g_tf->OpDefinitionBuilderAddAttr(op, "process_set: int");
+  g_tf->OpDefinitionBuilderAddAttr(op, "layout_check: string = ''");
+  g_tf->OpDefinitionBuilderAddAttr(op, "layout: string = ''");
   // Stateful: never pruned, merged or constant-folded, and run in program order in a tf.function.
   g_tf->OpDefinitionBuilderSetIsStateful(op, true);
   g_tf->OpDefinitionBuilderSetShapeInferenceFunction(op, SameShapes);

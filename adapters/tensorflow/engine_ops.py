@@ -71,14 +71,17 @@ def base_digest(inputs):
     return digest_of((np.dtype(t.dtype.as_numpy_dtype), tuple(t.shape.as_list())) for t in inputs)
 
 
-def reduce_gradients(inputs, group_sizes, base_name, op, prescale, postscale, process_set_id):
+def reduce_gradients(inputs, group_sizes, base_name, op, prescale, postscale, process_set_id, layout_check="",
+                     layout=""):
     """The op's outputs: ``inputs`` reduced over the ranks, group by group (``group_sizes``
-    consecutive inputs each), under the names ``<base_name>.g<j>`` (see the kernel). Refused in
-    a TF1 graph or an XLA-compiled function, as the py_function hop (hops.py) is."""
+    consecutive inputs each), under the names ``<base_name>.g<j>`` (see the kernel). Before the
+    first reduction of this layout on the engine, the layout check named ``layout_check`` with
+    this rank's record ``layout`` (csrc/layout_check.h; none when empty). Refused in a TF1 graph
+    or an XLA-compiled function, as the py_function hop (hops.py) is."""
     check_not_tf1_graph("reduce_gradients")
     check_not_xla("reduce_gradients")
     _, _, node, _ = _op_def_library._apply_op_helper(
         _OP, tensors=list(inputs), group_sizes=[int(n) for n in group_sizes], base_name=base_name,
         reduce_op=int(op), scales=f"{float(prescale)!r} {float(postscale)!r}", process_set=int(process_set_id),
-        name="collectives_reduce_gradients")
+        layout_check=str(layout_check), layout=str(layout), name="collectives_reduce_gradients")
     return list(node.outputs)

@@ -18,10 +18,13 @@ their updates then have the scale of the averaged ones). Keras 3 variables have 
 so a variable is recognised by identity: the registered object itself or the ``tf.Variable``
 behind a Keras variable.
 """
+import numpy as np
 import tensorflow as tf
 
+from collectives import basics
 from collectives import ops as core
 from collectives.constants import Adasum, Average, OpType, Sum
+from collectives.errors import raise_for_status
 from collectives.handles import synchronize
 from collectives.shared_failure import failing_together
 
@@ -29,7 +32,7 @@ from .compression import Compression
 from .gradient_buckets import plan_buckets
 from . import engine_ops
 from .hops import run_hop
-from .naming import digest
+from .naming import digest, layout_check_name, layout_record
 from .process_sets import core_kwargs, included, process_set_id, set_size
 from .tensors import share
 
@@ -63,6 +66,14 @@ class GradientReducer:
     member i) and ``<prefix>.<digest>.s<k>.values|indices`` for sparse gradient k; the digest of the
     dtypes and shapes makes them stable across steps (response-cache hits) and distinct
     between different gradient lists.
+
+    Before the first reduction of a layout, every rank checks that the others reduce the same
+    one, under ``<prefix>.<digest of the count and dtypes>.layout`` (csrc/layout_check.h):
+    ranks whose shapes differ (the model differs between ranks) would otherwise submit
+    different names and wait for each other forever; they raise TensorMismatchError instead
+    (``tf.errors.FailedPreconditionError`` from the op or eagerly), naming the first gradient
+    that differs (its position in the list given to ``reduce``) and its shape on each rank.
+    A layout checked once is not checked again while the engine runs: no collective per step.
     """
 
     def __init__(self, prefix, compression=None, op=Average, gradient_predivide_factor=1.0, groups=None,
@@ -141,7 +152,7 @@ class GradientReducer:
         if not local:
             return self._reduce(grads, variables)
         shared = [i for i in range(len(grads)) if i not in local]
-        reduced = self._reduce([grads[i] for i in shared], [variables[i] for i in shared])
+        reduced = self._reduce([grads[i] for i in shared], [variables[i] for i in shared], shared)
         out = list(grads)
         for i, g in zip(shared, reduced):
             out[i] = g
@@ -149,7 +160,8 @@ class GradientReducer:
             out[i] = self._scaled_local(grads[i])
         return out
 
-    def _reduce(self, grads, variables=None):
+    def _reduce(self, grads, variables=None, positions=None):
+        """``positions``: each gradient's index in the list given to ``reduce`` (for messages)."""
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if not included(self.process_set) or set_size(self.process_set) == 1:
@@ -174,13 +186,21 @@ class GradientReducer:
         inputs = [compressed[i] for i in dense_order]
         for i in sparse_idx:
             inputs += [grads[i].values, grads[i].indices]
+        where = (lambda i: i) if positions is None else (lambda i: positions[i])
+        labels = [f"gradient {where(i)}" for i in dense_order]
+        for i in sparse_idx:
+            labels += [f"gradient {where(i)} (IndexedSlices values)", f"gradient {where(i)} (IndexedSlices indices)"]
         if not sparse_idx and op != Adasum and engine_ops.can_reduce_gradients(inputs):
+            # Shapes are fully known here: the layout check's record is made once, at trace time.
+            pairs = [(np.dtype(t.dtype.as_numpy_dtype), tuple(t.shape.as_list())) for t in inputs]
             outputs = engine_ops.reduce_gradients(inputs, [len(g) for g in groups],
                                                   f"{self.prefix}.{engine_ops.base_digest(inputs)}", op, pre, post,
-                                                  process_set_id(self.process_set))
+                                                  process_set_id(self.process_set),
+                                                  layout_check_name(self.prefix, [d for d, _ in pairs]),
+                                                  layout_record(labels, pairs))
         else:
-            outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post), inputs, [t.dtype for t in inputs],
-                              "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
+            outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post, labels), inputs,
+                              [t.dtype for t in inputs], "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
 
         result = list(grads)
         for i, out in zip(dense_order, outputs):
@@ -201,14 +221,15 @@ class GradientReducer:
             shapes.append(tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else t.shape)
         return shapes
 
-    def _engine_fn(self, groups, n_sparse, op, pre, post):
+    def _engine_fn(self, groups, n_sparse, op, pre, post, labels):
         """The numpy side of the hop: submit everything, then wait for everything.
 
         Each dense group goes to the engine as one flat buffer per dtype, reduced in place
         (gradient_buckets.py), and its results come back as views of that buffer that
         TensorFlow borrows; Adasum, which combines each tensor on its own, sends the group's
         tensors as they are. The plan (names, buffer layouts) is made on the first step and
-        reused while the arrays' dtypes and shapes stay the same.
+        reused while the arrays' dtypes and shapes stay the same; a new plan first runs the
+        layout check (at once when the engine already agreed on the layout: see the class).
         """
         kw = core_kwargs(self.process_set)
         n_dense = sum(len(g) for g in groups)
@@ -227,6 +248,10 @@ class GradientReducer:
             if found is None:
                 if len(plans) >= _MAX_PLANS:  # shapes that change every step: keep only recent ones
                     plans.clear()
+                pairs = [(a.dtype, (None,) + a.shape[1:] if i in ragged else a.shape) for i, a in enumerate(arrays)]
+                raise_for_status(*basics.engine().check_layout(
+                    layout_check_name(self.prefix, [a.dtype for a in arrays]), layout_record(labels, pairs),
+                    process_set_id(self.process_set)))
                 base = f"{self.prefix}.{digest(arrays, ragged)}"
                 layouts = [plan_buckets(arrays, range(a, b)) for a, b in bounds] if packed else None
                 found = plans[key] = (base, layouts)

@@ -19,3 +19,20 @@ def digest(arrays, ragged=()):
 def digest_of(pairs):
     """The digest of (numpy dtype, shape tuple) pairs."""
     return format(zlib.crc32(";".join(f"{dtype.str}{tuple(shape)}" for dtype, shape in pairs).encode()), "08x")
+
+
+def layout_check_name(prefix, dtypes):
+    """The name of the one-time layout check of a gradient list (csrc/layout_check.h): the
+    prefix and a digest of the count and dtypes of the tensors, but not of their shapes, so that
+    ranks whose shapes differ (and whose request names therefore differ) meet there."""
+    names = [d.name for d in dtypes]
+    key = f"{len(names)};" + ";".join(names)
+    return f"{prefix}.{zlib.crc32(key.encode()):08x}.layout"
+
+
+def layout_record(labels, pairs):
+    """This rank's record for the layout check: one ``label<TAB>dtype[shape]`` line per tensor,
+    from (numpy dtype, shape) pairs; a ``None`` dimension (the rows of allgathered values,
+    which may differ per rank) is written ``*``."""
+    return "\n".join(f"{label}\t{dtype.name}[{', '.join('*' if d is None else str(d) for d in shape)}]"
+                     for label, (dtype, shape) in zip(labels, pairs))

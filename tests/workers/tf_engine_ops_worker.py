@@ -138,7 +138,8 @@ def check_keras_fit(rank, size):
 def check_mismatch(rank, size):
     # Rank 0 sums, the others average: the same names (the digest covers dtypes and shapes only),
     # so the engine sees the disagreement and fails the request everywhere. (A shape that differs
-    # between ranks gives different names instead, and stalls: see the README.)
+    # between ranks gives different names instead; the layout check catches it first:
+    # tests/workers/tf_layout_mismatch_worker.py.)
     step = tape_step(hvd.Sum if rank == 0 else hvd.Average)
     mine = [tf.constant(a) for a in inputs_of(rank)]
     check_path(step, mine)
