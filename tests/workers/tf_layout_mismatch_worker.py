@@ -8,8 +8,9 @@ its shapes, instead of leaving the ranks waiting for each other under different 
 prints one line per case: "CAUGHT <case> <rank> <exception class> [<its TensorFlow and
 collectives classes>]: <message>" (or "NOERROR <case> <rank>"),
 which the test checks on every rank. Then the same code with equal shapes works, and a timeline
-of several steps shows the layout check ran once (rank 0 prints "TIMELINE <case> <checks>
-<reductions>"). The lines also go to $LAYOUT_TEST_OUT/rank<R>.txt.
+of several steps shows the layout check ran once, or not at all for a new trace of an agreed
+layout on rank 0 alone (rank 0 prints "TIMELINE <case> <checks> <reductions>"). The lines also
+go to $LAYOUT_TEST_OUT/rank<R>.txt.
 """
 import json
 import os
@@ -122,9 +123,9 @@ def timeline_counts(path, check_suffix=".layout"):
     return checks, reductions
 
 
-def equal_shapes_with_timeline(rank, size, case, run_steps):
-    """``run_steps()`` runs STEPS steps with equal shapes; rank 0's timeline must show one layout
-    check and every step's reduction."""
+def equal_shapes_with_timeline(rank, size, case, run_steps, expected_checks=1):
+    """``run_steps()`` runs STEPS steps with equal shapes; rank 0's timeline must show
+    ``expected_checks`` layout checks and every step's reduction."""
     path = os.path.join(tempfile.gettempdir(), f"layout_timeline_{os.getppid()}_{case}.json")
     hvd.start_timeline(path)
     run_steps()
@@ -134,7 +135,7 @@ def equal_shapes_with_timeline(rank, size, case, run_steps):
         checks, reductions = timeline_counts(path)
         os.unlink(path)
         emit(rank, f"TIMELINE {case} {checks} {reductions}")
-        assert checks == 1, f"{case}: {checks} layout checks in {STEPS} steps"
+        assert checks == expected_checks, f"{case}: {checks} layout checks in {STEPS} steps"
         assert reductions >= STEPS, f"{case}: {reductions} reductions in {STEPS} steps"
 
 
@@ -170,6 +171,17 @@ def main():
 
     chk.check("traced tape, equal shapes, one check", lambda: equal_shapes_with_timeline(rank, size, "function",
                                                                                        traced_steps))
+
+    def retraced_on_rank_0():
+        # A new trace (a new kernel or hop) of an agreed layout on one rank only must not check
+        # alone: it would wait for ranks that do not check.
+        mine = traced_tape_step(variables) if rank == 0 else step
+        for _ in range(STEPS):
+            grads = mine()
+        np.testing.assert_allclose(grads[1].numpy(), np.full(7, 3.0), rtol=1e-6)
+
+    chk.check("a retrace on one rank, no check", lambda: equal_shapes_with_timeline(rank, size, "retrace",
+                                                                                  retraced_on_rank_0, 0))
 
     def eager_steps():
         vs = tape_variables(rank, False, width=8)
