@@ -91,6 +91,9 @@ class GradientReducer:
         self.process_set = process_set
         self.scale_local_gradients = scale_local_gradients
         self._local = []  # registered local variables, kept alive so that their ids stay theirs
+        # The layout check's (name, record) per layout and labels: made once, not on every eager
+        # step (whose hop and plans are new each time); whether to check is the engine's call.
+        self._layout_checks = {}
 
     # ------------------------------------------------------------ local variables
 
@@ -199,7 +202,7 @@ class GradientReducer:
                                                   layout_check_name(self.prefix, [d for d, _ in pairs]),
                                                   layout_record(labels, pairs))
         else:
-            outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post, labels), inputs,
+            outputs = run_hop(self._engine_fn(groups, len(sparse_idx), op, pre, post, tuple(labels)), inputs,
                               [t.dtype for t in inputs], "reduce_gradients", self._out_shapes(inputs, len(dense_order)))
 
         result = list(grads)
@@ -248,10 +251,14 @@ class GradientReducer:
             if found is None:
                 if len(plans) >= _MAX_PLANS:  # shapes that change every step: keep only recent ones
                     plans.clear()
-                pairs = [(a.dtype, (None,) + a.shape[1:] if i in ragged else a.shape) for i, a in enumerate(arrays)]
-                raise_for_status(*basics.engine().check_layout(
-                    layout_check_name(self.prefix, [a.dtype for a in arrays]), layout_record(labels, pairs),
-                    process_set_id(self.process_set)))
+                check = self._layout_checks.get((key, labels))
+                if check is None:
+                    if len(self._layout_checks) >= _MAX_PLANS:
+                        self._layout_checks.clear()
+                    pairs = [(a.dtype, (None,) + a.shape[1:] if i in ragged else a.shape) for i, a in enumerate(arrays)]
+                    check = self._layout_checks[(key, labels)] = (
+                        layout_check_name(self.prefix, [a.dtype for a in arrays]), layout_record(labels, pairs))
+                raise_for_status(*basics.engine().check_layout(*check, process_set_id(self.process_set)))
                 base = f"{self.prefix}.{digest(arrays, ragged)}"
                 layouts = [plan_buckets(arrays, range(a, b)) for a, b in bounds] if packed else None
                 found = plans[key] = (base, layouts)
