@@ -122,6 +122,7 @@ SOURCES = [
     "engine.cc",
     "engine_wake.cc",
     "engine_autotune.cc",
+    "engine_executor.cc",
     "engine_inline.cc",
     "engine_slot.cc",
     "engine_stop.cc",

@@ -13,7 +13,7 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Fusion thresholds tried (bytes). Horovod searches 0-64 MB; on host memory only tensors up to
-// 64 KiB are fused (execution.cc), so the few values that change how many share a buffer suffice.
+// 64 KiB are fused (executor.cc), so the few values that change how many share a buffer suffice.
 const std::vector<double> kFusionCandidates = {0, 1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB};
 // Cycle times tried (ms). Horovod searches 1-100 ms; here a cycle starts at once on new work or
 // a peer's wake, so the cycle time only paces the polling while a rank waits: short values matter.

@@ -296,7 +296,7 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
   auto op_name = [](const Request& r) { return std::string(OpTypeName(r.op)); };
   auto dtype_name = [](const Request& r) { return std::string(DataTypeName(r.dtype)); };
   auto shape = [](const Request& r) { return ShapeString(r.shape); };
-  // Requests say only "GPU memory" (0): each rank uses its own GPU (device_execution.cc).
+  // Requests say only "GPU memory" (0): each rank uses its own GPU (device_executor.cc).
   auto device = [](const Request& r) { return r.device < 0 ? std::string("cpu") : std::string("GPU"); };
   auto group = [](const Request& r) { return "'" + r.group + "' of size " + std::to_string(r.group_size); };
 

@@ -1,5 +1,6 @@
-// Tensors in GPU memory: their submission (on the caller's thread) and the execution of
-// their negotiated responses on the NCCL backend, or, for the few reductions NCCL cannot do
+// Tensors in GPU memory: the execution of their negotiated responses on the NCCL backend
+// (their submission, on the caller's thread, is Engine::PrepareDeviceSubmission in
+// engine_executor.cc), or, for the few reductions NCCL cannot do
 // (int16, scaled Min/Max/Product, scaled integers), staged through host memory and MPI with
 // the host path's own arithmetic. Handles complete from the backend's completion thread once
 // the GPU has finished.
@@ -10,7 +11,7 @@
 // alone decides whether a group has such a step, so all members agree at the same point.
 #include <cstring>
 
-#include "engine.h"
+#include "executor.h"
 #include "gpu_loader.h"
 #include "log.h"
 
@@ -45,65 +46,14 @@ bool Staged(const Response& r) {
 
 }  // namespace
 
-Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device) {
-  Request& q = s.request;
-  const std::string where = " (tensor '" + q.name + "')";
-  if (!gpu::Libraries::Get().available())
-    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "tensor '" + q.name +
-                                                           "' is in GPU memory, but collectives cannot use GPUs here: " +
-                                                           gpu::Libraries::Get().problem());
-  if (!IsDataOp(q.op) || q.op == OpType::BARRIER)
-    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " takes no GPU tensor" + where);
-  gpu::Runtime& rt = gpu::Runtime::Get();
-  int dev = q.device;
-  const void* any = s.input ? s.input : s.output;
-  if (any) {
-    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(any), q.device, &dev);
-    if (!st.ok()) return Status::Error(st.code, st.message + where);
-  }
-  if (s.output && s.input && s.output != s.input) {
-    int out_dev = dev;
-    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(s.output), dev, &out_dev);
-    if (!st.ok()) return Status::Error(st.code, "output: " + st.message + where);
-  }
-  if (dev < 0 && !any) dev = gpu_device_;  // empty arrays own no memory: this process's GPU
-  if (dev < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot tell which GPU holds the tensor" + where);
-  // One GPU per process, as in Horovod (each rank binds to its local_rank()'s GPU): the
-  // communicators are per process set, and a rank's tensors must all use the same device.
-  int expected = -1;
-  if (!gpu_device_.compare_exchange_strong(expected, dev) && expected != dev)
-    return Status::Error(StatusCode::INVALID_ARGUMENT,
-                         "collectives uses one GPU per process: this process uses GPU " + std::to_string(expected) +
-                             ", but the tensor is on GPU " + std::to_string(dev) +
-                             " (bind each rank to one device, e.g. torch.cuda.set_device(local_rank()))" + where);
-  rt.SetProcessDevice(dev);
-  Status st = rt.RecordEvent(dev, s.stream, ready);
-  if (!st.ok()) return Status::Error(st.code, st.message + where);
-  *device = dev;
-  q.device = 0;  // what ranks negotiate is "GPU memory"; each one uses its own GPU
-  return Status::Ok();
-}
-
-void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& result) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(name);  // only now may the name be submitted again
-  }
-  if (timeline_.active()) {
-    timeline_.End(name);  // NCCL_<OP>
-    timeline_.End(name);  // <OP>
-  }
-  CompleteHandle(handle, std::move(result));
-}
-
-void Engine::ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
-                                const std::vector<Pending*>& entries) {
-  if (timeline_.active())
+void Executor::ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps,
+                                  const std::vector<const Response*>& group, const std::vector<Pending*>& entries) {
+  if (ctx.timeline.active())
     for (Pending* p : entries)
-      if (p) timeline_.Begin(p->request.name, DeviceEvent(group[0]->op));
+      if (p) ctx.timeline.Begin(p->request.name, DeviceEvent(group[0]->op));
   std::vector<Result> results(group.size());
   std::vector<std::shared_ptr<void>> keep;
-  Status st = RunDeviceGroup(ps, group, entries, &results, &keep);
+  Status st = RunDeviceGroup(ctx, ps, group, entries, &results, &keep);
   if (!st.ok() && st.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, st.message);
 
   struct Item {
@@ -114,11 +64,12 @@ void Engine::ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Re
   auto items = std::make_shared<std::vector<Item>>();
   for (size_t k = 0; k < group.size(); ++k)
     if (entries[k]) items->push_back(Item{entries[k]->handle, entries[k]->request.name, std::move(results[k])});
-  auto finish = [this, items](const Status& outcome) {
+  ExecutionListener* engine = &ctx.engine;
+  auto finish = [engine, items](const Status& outcome) {
     for (Item& it : *items) {
       if (!outcome.ok()) it.result = Result();
       it.result.status = outcome;
-      FinishDevice(it.handle, it.name, std::move(it.result));
+      engine->FinishDevice(it.handle, it.name, std::move(it.result));
     }
   };
   if (!nccl_ || !nccl_->started()) {
@@ -130,8 +81,8 @@ void Engine::ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Re
   nccl_->Complete(ps.id, [finish, st](const Status& done) { finish(st.ok() ? done : st); }, std::move(keep));
 }
 
-Status Engine::RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Result* result,
-                         std::vector<std::shared_ptr<void>>* keep) {
+Status Executor::RunStaged(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r, Pending* p,
+                           Result* result, std::vector<std::shared_ptr<void>>* keep) {
   const Request& q = p->request;
   const int64_t esize = DataTypeSize(q.dtype);
   const int64_t n = NumElements(q.shape);
@@ -144,7 +95,7 @@ Status Engine::RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Re
   auto out = std::make_shared<HostBuffer>(out_n * esize);
   keep->push_back(in);
   keep->push_back(out);
-  Status local = nccl_->Start(p->gpu_device, spin_, config_.stall_check_s, config_.stall_shutdown_s);
+  Status local = nccl_->Start(p->gpu_device, config_.spin, config_.stall_check_s, config_.stall_shutdown_s);
   if (local.ok()) local = nccl_->WaitFor(p->ready);
   if (local.ok()) local = nccl_->CopyDeviceToHost(in->data(), p->input, n * esize);
   if (local.ok()) local = nccl_->Synchronize();
@@ -153,15 +104,15 @@ Status Engine::RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Re
   Pending host = *p;
   host.input = in->data();
   host.output = out->data();
-  Status st = ExecuteOne(ps, r, host, result);
+  Status st = ExecuteOne(ctx, ps, r, host, result);
   if (!local.ok()) return local;
   if (!st.ok()) return st;
   return nccl_->CopyHostToDevice(p->output, out->data(), out_n * esize);
 }
 
-Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
-                              const std::vector<Pending*>& entries, std::vector<Result>* results,
-                              std::vector<std::shared_ptr<void>>* keep) {
+Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps,
+                                const std::vector<const Response*>& group, const std::vector<Pending*>& entries,
+                                std::vector<Result>* results, std::vector<std::shared_ptr<void>>* keep) {
   const Response& r = *group[0];
   if (Staged(r)) {
     // No NCCL involved: every member decides the same from the response alone. (Only empty
@@ -169,20 +120,20 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
     Status first;
     for (size_t k = 0; k < group.size(); ++k) {
       // A joined rank contributes zeros over MPI, like the others' staged data.
-      Status st = entries[k] ? RunStaged(ps, *group[k], entries[k], &(*results)[k], keep)
-                             : ExecuteJoinedAllreduce(ps, *group[k]);
+      Status st = entries[k] ? RunStaged(ctx, ps, *group[k], entries[k], &(*results)[k], keep)
+                             : ExecuteJoinedAllreduce(ctx, ps, *group[k]);
       if (first.ok()) first = st;
     }
     return first;
   }
   // This process's GPU; a joined rank that never submitted a GPU tensor takes its local
   // rank's device, the usual binding.
-  int dev = gpu_device_;
+  int dev = ctx.gpu_device;
   if (dev < 0 && gpu::Libraries::Get().available()) {
     const int count = gpu::Runtime::Get().DeviceCount();
-    if (count > 0) dev = local_rank_ % count;
+    if (count > 0) dev = config_.local_rank % count;
   }
-  Status local = dev >= 0 ? nccl_->Start(dev, spin_, config_.stall_check_s, config_.stall_shutdown_s)
+  Status local = dev >= 0 ? nccl_->Start(dev, config_.spin, config_.stall_check_s, config_.stall_shutdown_s)
                           : Status::Error(StatusCode::UNSUPPORTED_TYPE,
                                           "this rank cannot take part in a GPU collective: " +
                                               (gpu::Libraries::Get().available() ? std::string("no GPU device")
@@ -207,8 +158,8 @@ Status Engine::RunDeviceGroup(const ProcessSet& ps, const std::vector<const Resp
   const int64_t esize = DataTypeSize(r.dtype);
   switch (r.op) {
     case OpType::ALLREDUCE: {
-      // join_mode_ is the same on every rank: a joined one reduces zeros from the fusion buffer.
-      const bool fused = group.size() > 1 || join_mode_;
+      // join_mode is the same on every rank: a joined one reduces zeros from the fusion buffer.
+      const bool fused = group.size() > 1 || ctx.join_mode;
       const bool custom = NcclBackend::NeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale);
       // A fused group's scale factors go into its copies (the prescale when packing, the
       // postscale when unpacking, Horovod's order) where every member has the copy kernel:

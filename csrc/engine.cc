@@ -171,22 +171,25 @@ Status Engine::Setup(MPI_Comm comm) {
     if (!rung.ok()) return rung;
   }
   setup_step_ = "the engine's setup after MPI_Comm_dup";
-  Status st = backend_.Init();
-  if (!st.ok()) return st;
-  st = hierarchy_.Init(comm_, local_comm_, cross_comm_, config_.hierarchical_allreduce, config_.hierarchical_allgather);
-  if (!st.ok()) return st;
-  setup_step_ = "the shared-memory allreduce's segment (needs every rank)";
-  st = shm_.Init(comm_, local_size_, config_.shm_allreduce);
-  if (!st.ok()) return st;
-  setup_step_ = "the cross-memory allreduce's segment and probe (needs every rank)";
-  st = cma_.Init(comm_, local_size_, config_.cma_allreduce);
+  ExecutorConfig exec;
+  exec.rank = rank_;
+  exec.local_rank = local_rank_;
+  exec.local_size = local_size_;
+  exec.spin = spin_;
+  exec.hierarchical_allreduce = config_.hierarchical_allreduce;
+  exec.hierarchical_allgather = config_.hierarchical_allgather;
+  exec.shm_allreduce = config_.shm_allreduce;
+  exec.cma_allreduce = config_.cma_allreduce;
+  exec.stall_check_s = config_.stall_check_s;
+  exec.stall_shutdown_s = config_.stall_shutdown_s;
+  Status st = executor_.Init(comm_, local_comm_, cross_comm_, exec, &setup_step_);
   if (!st.ok()) return st;
   st = StartAutotune();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
   gpu::Libraries::Get().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  nccl_.reset(new NcclBackend());
+  executor_.InitDevice();
   ProcessSet everyone;
   everyone.comm = comm_;
   everyone.set_rank = rank_;
@@ -244,8 +247,7 @@ void Engine::Teardown() {
   FailAll(stopped_status_);
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  if (nccl_) nccl_->Shutdown(stopped_status_);
-  nccl_.reset();
+  executor_.ShutdownDevice(stopped_status_);
   timeline_.Stop();
   if (mpi_failed) watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(comm_); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
@@ -264,7 +266,6 @@ void Engine::Teardown() {
   }
   for (auto& s : wake_sends_) MPI_Wait(&s.second, MPI_STATUS_IGNORE);
   wake_sends_.clear();
-  backend_.Finalize();
   fused_.Free();
   for (auto& kv : sets_)
     if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
@@ -272,10 +273,7 @@ void Engine::Teardown() {
   MPI_Comm_free(&cross_comm_);
   MPI_Comm_free(&local_comm_);
   MPI_Comm_free(&comm_);
-  fusion_.reset();
-  hierarchy_.Release();
-  shm_.Release();
-  cma_.Release();
+  executor_.Release();  // the backends' MPI operators, the fusion buffer, the shared segments
   pending_.clear();
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.

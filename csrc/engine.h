@@ -4,7 +4,8 @@
 // (fusing small allreduces), and completes the handles.
 //
 // Files: engine.cc (lifecycle, queue, handles, waking), negotiation.cc (one cycle of the
-// protocol), execution.cc (running responses on the backend).
+// protocol), engine_executor.cc (the engine's side of execution, which an Executor of its own
+// runs on the backends: executor.h).
 #pragma once
 #include <mpi.h>
 
@@ -25,19 +26,16 @@
 #include "buffer_pool.h"
 #include "coordinator.h"
 #include "doorbell.h"
+#include "executor.h"
 #include "gpu_runtime.h"
 #include "handle_table.h"
 #include "fused_negotiation.h"
-#include "hierarchical.h"
 #include "latency_stages.h"
 #include "message.h"
-#include "mpi_backend.h"
-#include "nccl_backend.h"
+#include "pending.h"
 #include "process_id.h"
 #include "process_set.h"
 #include "response_cache.h"
-#include "cross_memory_allreduce.h"
-#include "shm_allreduce.h"
 #include "status.h"
 #include "timeline.h"
 #include "watchdog.h"
@@ -80,7 +78,7 @@ struct Submission {
   uintptr_t stream = 0;
 };
 
-class Engine {
+class Engine final : private ExecutionListener {
  public:
   Engine() = default;
   ~Engine();
@@ -128,10 +126,7 @@ class Engine {
   // Turns the hierarchical algorithms (hierarchical.h) on or off from the next operation on. Every
   // rank must make the same change at the same point of its sequence of operations, with none in
   // flight (e.g. right after a barrier), or ranks would run different algorithms and never meet.
-  void SetHierarchical(bool allreduce, bool allgather) {
-    hierarchy_.allreduce_enabled = allreduce;
-    hierarchy_.allgather_enabled = allgather;
-  }
+  void SetHierarchical(bool allreduce, bool allgather) { executor_.SetHierarchical(allreduce, allgather); }
   // The autotuner's parameters in force and whether it is still tuning (any thread).
   AutotuneState autotune_state() const { return autotune_.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
@@ -170,20 +165,6 @@ class Engine {
   }
 
  private:
-  struct Pending {
-    Request request;
-    const void* input = nullptr;
-    void* output = nullptr;
-    int64_t handle = 0;
-    Clock::time_point enqueued;
-    Clock::time_point picked;  // taken from the queue by the engine thread (latency_stages.h)
-    int cache_bit = -1;       // >= 0 while waiting on the cached path
-    bool reported = false;    // sent to the coordinator
-    bool stall_flagged = false;
-    int32_t gpu_device = -1;  // the local GPU (request.device only says "GPU": ranks use different ones)
-    gpu::EventPtr ready;      // recorded on the producer's stream at enqueue
-  };
-
   // engine.cc
   void ThreadMain(MPI_Comm comm, std::promise<Status> started);
   Status Setup(MPI_Comm comm);
@@ -226,7 +207,7 @@ class Engine {
   // include GPU work, which only the engine thread runs.
   bool RunCycle(bool* active, bool* declined = nullptr);
   void AdmitLocal(Pending&& p, std::vector<int>* invalid_bits);
-  void EvictBits(const std::vector<int>& bits);
+  void EvictBits(const std::vector<int>& bits) override;  // also the executor's (ExecutionListener)
   Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
 
   void MarkForeignBits(uint64_t* ready) const;
@@ -236,35 +217,18 @@ class Engine {
   Pending* FusedCandidate();
   void FinishFused(Pending* p, int bit);
 
-  // execution.cc
+  // engine_executor.cc: the engine's side of execution (executor.h). ExecuteAll hands a cycle's
+  // responses to the executor with what it needs of the engine's state; the executor reports
+  // back through the ExecutionListener overrides.
   void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
-  // entries[i] is null on a joined rank, which contributes zeros.
-  Status ExecuteFused(const ProcessSet& ps, const std::vector<const Response*>& group,
-                      const std::vector<Pending*>& entries);
-  Status ExecuteOne(const ProcessSet& ps, const Response& resp, Pending& p, Result* result);
-  Status ExecuteJoinedAllreduce(const ProcessSet& ps, const Response& resp);
-  Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans);
-  // segments: element counts of the tensors of a fused buffer (Adasum combines each on its own).
-  Status Allreduce(const ProcessSet& ps, const Response& resp, const void* input, void* output, int64_t count,
-                   const std::vector<int64_t>* segments = nullptr);
-  void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
-  std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses) const;
-  void* FusionBuffer(int64_t bytes);
-  void Finish(Pending& p, Result&& result);
-  const ProcessSet* FindSet(int32_t id) const;
-
-  // device_execution.cc: tensors in GPU memory, on the NCCL backend.
-  Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);
-  void ExecuteDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
-                          const std::vector<Pending*>& entries);
-  Status RunDeviceGroup(const ProcessSet& ps, const std::vector<const Response*>& group,
-                        const std::vector<Pending*>& entries, std::vector<Result>* results,
-                        std::vector<std::shared_ptr<void>>* keep);
-  Status RunStaged(const ProcessSet& ps, const Response& r, Pending* p, Result* result,
-                   std::vector<std::shared_ptr<void>>* keep);
-  int64_t MaxFusedBytes(const Response& r) const;
+  void Finish(Pending& p, Result&& result) override;
   // Completes a GPU operation's handle (from the completion thread, or at once on failure).
-  void FinishDevice(int64_t handle, const std::string& name, Result&& result);
+  void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
+  Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
+  const ProcessSet* FindSet(int32_t id) const;
+  // Tensors in GPU memory, on the caller's thread at enqueue: their device and the producer's
+  // stream position.
+  Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);
 
   EngineConfig config_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
@@ -281,12 +245,9 @@ class Engine {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
-  MpiBackend backend_;
-  Hierarchy hierarchy_;  // the hierarchical algorithms and whether each call uses them
-  ShmAllreduce shm_;     // allreduces through shared memory when the job is on one host
-  CrossMemoryAllreduce cma_;  // the larger ones, by cross-memory attach, on one host too
+  // The data backends and algorithms, and running the negotiated responses on them (executor.h).
+  Executor executor_;
   Autotuner autotune_;   // engine thread, but for state()
-  std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -322,7 +283,7 @@ class Engine {
   int64_t next_handle_ = 1;
 
   HandleTable handles_;
-  // Times the engine thread's blocking backend calls (negotiation.cc, execution.cc, Teardown).
+  // Times the engine thread's blocking backend calls (negotiation.cc, the executor, Teardown).
   Watchdog watchdog_;
 
   // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
@@ -352,7 +313,6 @@ class Engine {
   int64_t wake_buf_ = 0;
   MPI_Request wake_recv_ = MPI_REQUEST_NULL;
   std::deque<std::pair<std::unique_ptr<int64_t>, MPI_Request>> wake_sends_;
-  std::unique_ptr<HostBuffer> fusion_;
   Timeline timeline_;
   // Per-stage timing of operations, only under COLLECTIVES_LATENCY_STAGES=1 (latency_stages.h).
   const bool stages_on_ = LatencyStages::Enabled();

@@ -10,12 +10,13 @@ Status Engine::StartAutotune() {
   TunedParams initial;
   initial.fusion_threshold = config_.fusion_threshold;
   initial.cycle_time_ms = config_.cycle_time_ms;
-  initial.hierarchical_allreduce = hierarchy_.allreduce_enabled;  // as the ranks agreed on them
-  initial.hierarchical_allgather = hierarchy_.allgather_enabled;
+  const Hierarchy& hierarchy = executor_.hierarchy();
+  initial.hierarchical_allreduce = hierarchy.allreduce_enabled;  // as the ranks agreed on them
+  initial.hierarchical_allgather = hierarchy.allgather_enabled;
   AutotuneSettings settings = config_.autotune;
   settings.cache_enabled = config_.cache_capacity > 0;
-  Status st = autotune_.Start(settings, initial, rank_, hierarchy_.allreduce_blocker().empty(),
-                              hierarchy_.allgather_blocker().empty());
+  Status st = autotune_.Start(settings, initial, rank_, hierarchy.allreduce_blocker().empty(),
+                              hierarchy.allgather_blocker().empty());
   if (!st.ok()) return st;
   // Every rank must reach the same decision points, so the knobs that place them must agree (a
   // variable set on some ranks only): otherwise autotuning is off everywhere, as Hierarchy::Init

@@ -1,13 +1,15 @@
 // Running negotiated responses on the MPI backend: fusion of compatible allreduces into one
 // buffer, the other collectives one by one, scaling, control operations (join, process
-// sets), and completing handles. Every rank walks the same response list; a rank runs the
+// sets: the engine runs them, Engine::ExecuteControl), and handing each outcome to the engine,
+// which completes the handle. Every rank walks the same response list; a rank runs the
 // responses of the process sets it belongs to, and a joined rank contributes zeros to
 // allreduces it did not submit.
+#include "executor.h"
+
 #include <cstring>
 
 #include "adasum.h"
 #include "buffer_math.h"
-#include "engine.h"
 #include "log.h"
 
 namespace collectives {
@@ -77,14 +79,47 @@ Request RequestFromResponse(const Response& r) {
   return q;
 }
 
-}  // namespace
-
-const ProcessSet* Engine::FindSet(int32_t id) const {
-  auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : &it->second;
+const ProcessSet* FindSet(const std::map<int32_t, ProcessSet>& sets, int32_t id) {
+  auto it = sets.find(id);
+  return it == sets.end() ? nullptr : &it->second;
 }
 
-void* Engine::FusionBuffer(int64_t bytes) {
+}  // namespace
+
+Status Executor::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const ExecutorConfig& config,
+                      std::atomic<const char*>* step) {
+  config_ = config;
+  Status st = backend_.Init();
+  if (!st.ok()) return st;
+  st = hierarchy_.Init(comm, local, cross, config_.hierarchical_allreduce, config_.hierarchical_allgather);
+  if (!st.ok()) return st;
+  *step = "the shared-memory allreduce's segment (needs every rank)";
+  st = shm_.Init(comm, config_.local_size, config_.shm_allreduce);
+  if (!st.ok()) return st;
+  *step = "the cross-memory allreduce's segment and probe (needs every rank)";
+  return cma_.Init(comm, config_.local_size, config_.cma_allreduce);
+}
+
+void Executor::InitDevice() { nccl_.reset(new NcclBackend()); }
+
+void Executor::ShutdownDevice(const Status& why) {
+  if (nccl_) nccl_->Shutdown(why);
+  nccl_.reset();
+}
+
+void Executor::Release() {
+  backend_.Finalize();
+  fusion_.reset();
+  hierarchy_.Release();
+  shm_.Release();
+  cma_.Release();
+}
+
+void Executor::ReleaseSet(int32_t process_set) {
+  if (nccl_) nccl_->Release(process_set);  // its NCCL communicator goes once its GPU work is done
+}
+
+void* Executor::FusionBuffer(int64_t bytes) {
   if (!fusion_ || fusion_->size() < bytes) {
     // Grow in powers of two so a warming-up training loop reallocates only a few times.
     int64_t grown = 1 << 20;
@@ -95,7 +130,8 @@ void* Engine::FusionBuffer(int64_t bytes) {
   return fusion_->data();
 }
 
-std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>& responses) const {
+std::vector<std::vector<size_t>> Executor::PlanFusion(const std::vector<Response>& responses,
+                                                      int64_t fusion_threshold) const {
   // Greedy, in execution order: each unassigned allreduce collects later compatible ones
   // while the total stays within the fusion threshold. It reads only the responses, which
   // every rank has, so the plan is the same on every rank (joined and non-member ones too).
@@ -107,12 +143,12 @@ std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>&
     plan.push_back({i});
     if (!Fusable(responses[i])) continue;
     int64_t bytes = Bytes(responses[i]);
-    const int64_t cap = MaxFusedBytes(responses[i]);  // the same for every response of this key
+    const int64_t cap = MaxFusedBytes(responses[i], fusion_threshold);  // the same for every response of this key
     if (bytes > cap) continue;
     for (size_t j = i + 1; j < responses.size(); ++j) {
       if (assigned[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
       const int64_t b = Bytes(responses[j]);
-      if (b > cap || bytes + b > config_.fusion_threshold) continue;
+      if (b > cap || bytes + b > fusion_threshold) continue;
       bytes += b;
       assigned[j] = true;
       plan.back().push_back(j);
@@ -121,15 +157,15 @@ std::vector<std::vector<size_t>> Engine::PlanFusion(const std::vector<Response>&
   return plan;
 }
 
-int64_t Engine::MaxFusedBytes(const Response& r) const {
+int64_t Executor::MaxFusedBytes(const Response& r, int64_t fusion_threshold) const {
   if (r.device < 0) return kMaxFusedTensorBytes;
   // GPU: copies run at hundreds of GB/s while each NCCL launch costs tens of microseconds,
   // so everything up to the threshold is fused (Horovod's rule); reductions NCCL cannot do
   // are staged through the host one by one.
-  return NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale) ? config_.fusion_threshold : 0;
+  return NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale) ? fusion_threshold : 0;
 }
 
-void Engine::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
+void Executor::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
   // Average divides by the set's size, joined ranks included (they contributed zeros).
   if (r.reduce_op == ReduceOp::AVERAGE) {
     if (IsFloat(r.dtype)) {
@@ -141,8 +177,8 @@ void Engine::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int6
   ScaleBuffer(buf, n, r.dtype, r.postscale);
 }
 
-Status Engine::Allreduce(const ProcessSet& ps, const Response& r, const void* input, void* output, int64_t n,
-                         const std::vector<int64_t>* segments) {
+Status Executor::Allreduce(const ProcessSet& ps, const Response& r, const void* input, void* output, int64_t n,
+                           const std::vector<int64_t>* segments) {
   if (n == 0) return Status::Ok();
   if (r.prescale != 1.0) {
     ScaledCopy(output, input, n, r.dtype, r.prescale);
@@ -165,32 +201,33 @@ Status Engine::Allreduce(const ProcessSet& ps, const Response& r, const void* in
   return st;
 }
 
-Status Engine::ExecuteJoinedAllreduce(const ProcessSet& ps, const Response& r) {
+Status Executor::ExecuteJoinedAllreduce(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r) {
   const int64_t n = NumElements(r.shape);
   if (n == 0) return Status::Ok();
   HostBuffer zeros(n * DataTypeSize(r.dtype));
   std::memset(zeros.data(), 0, static_cast<size_t>(zeros.size()));
-  WatchedCall watched(watchdog_, BackendCall::ALLREDUCE, ps.id, &r.name);
+  WatchedCall watched(ctx.watchdog, BackendCall::ALLREDUCE, ps.id, &r.name);
   return Allreduce(ps, r, zeros.data(), zeros.data(), n);  // the same algorithm as the ranks that submitted
 }
 
-Status Engine::ExecuteFused(const ProcessSet& ps, const std::vector<const Response*>& group,
-                            const std::vector<Pending*>& entries) {
+Status Executor::ExecuteFused(const ExecutionContext& ctx, const ProcessSet& ps,
+                              const std::vector<const Response*>& group, const std::vector<Pending*>& entries) {
   const Response& first = *group[0];
   const int64_t esize = DataTypeSize(first.dtype);
   int64_t total = 0;
   for (const Response* r : group) total += Bytes(*r);
   char* buf = static_cast<char*>(FusionBuffer(total));
-  const bool tl = timeline_.active();
+  Timeline& timeline = ctx.timeline;
+  const bool tl = timeline.active();
   auto phase = [&](const char* name) {
     if (tl)
       for (Pending* p : entries)
-        if (p) timeline_.Begin(p->request.name, name);
+        if (p) timeline.Begin(p->request.name, name);
   };
   auto end_phase = [&] {
     if (tl)
       for (Pending* p : entries)
-        if (p) timeline_.End(p->request.name);
+        if (p) timeline.End(p->request.name);
   };
 
   phase("MEMCPY_IN_FUSION_BUFFER");
@@ -206,7 +243,7 @@ Status Engine::ExecuteFused(const ProcessSet& ps, const std::vector<const Respon
   phase("MPI_ALLREDUCE");
   Status st;
   {
-    WatchedCall watched(watchdog_, BackendCall::ALLREDUCE, ps.id, &first.name, static_cast<int>(group.size()));
+    WatchedCall watched(ctx.watchdog, BackendCall::ALLREDUCE, ps.id, &first.name, static_cast<int>(group.size()));
     std::vector<int64_t> segments;  // the tensors' element counts: Adasum combines each on its own
     for (const Response* r : group) segments.push_back(NumElements(r->shape));
     st = Allreduce(ps, first, buf, buf, total / esize, &segments);
@@ -225,15 +262,17 @@ Status Engine::ExecuteFused(const ProcessSet& ps, const std::vector<const Respon
   return Status::Ok();
 }
 
-Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, Result* result) {
+Status Executor::ExecuteOne(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r, Pending& p,
+                            Result* result) {
   const Request& q = p.request;
   const int64_t esize = DataTypeSize(q.dtype);
   const int64_t n = NumElements(q.shape);
   const int64_t row_elems = q.shape.empty() ? 1 : (q.shape[0] == 0 ? NumElements(std::vector<int64_t>(q.shape.begin() + 1, q.shape.end())) : n / q.shape[0]);
   const int64_t row_bytes = row_elems * esize;
-  const bool tl = timeline_.active();
-  WatchedCall watched(watchdog_, WatchedCallFor(r.op), ps.id, &q.name);
-  if (tl && r.op != OpType::BARRIER) timeline_.Begin(q.name, BackendEvent(r.op));
+  Timeline& timeline = ctx.timeline;
+  const bool tl = timeline.active();
+  WatchedCall watched(ctx.watchdog, WatchedCallFor(r.op), ps.id, &q.name);
+  if (tl && r.op != OpType::BARRIER) timeline.Begin(q.name, BackendEvent(r.op));
   Status st;
   switch (r.op) {
     case OpType::ALLREDUCE:
@@ -241,7 +280,7 @@ Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, R
       break;
     case OpType::BROADCAST:
       // The root is a global rank (Horovod's convention); MPI wants its place in the set.
-      if (rank_ == r.root && p.input != p.output && n) std::memcpy(p.output, p.input, static_cast<size_t>(n * esize));
+      if (config_.rank == r.root && p.input != p.output && n) std::memcpy(p.output, p.input, static_cast<size_t>(n * esize));
       st = backend_.Broadcast(ps.comm, p.output, n * esize, ps.IndexOf(r.root));
       break;
     case OpType::ALLGATHER: {
@@ -303,108 +342,33 @@ Status Engine::ExecuteOne(const ProcessSet& ps, const Response& r, Pending& p, R
     default:
       st = Status::Error(StatusCode::INTERNAL, "control operation on the data path");
   }
-  if (tl && r.op != OpType::BARRIER) timeline_.End(q.name);
+  if (tl && r.op != OpType::BARRIER) timeline.End(q.name);
   return st;
 }
 
-void Engine::Finish(Pending& p, Result&& result) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (p.handle != 0) {
-      in_flight_.erase(p.request.name);
-    } else {  // an error submission (Engine::AnnounceLocked)
-      auto it = announced_.find(p.request.name);
-      if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
-    }
-  }
-  if (timeline_.active()) timeline_.End(p.request.name);  // closes the <OP> phase
-  if (stages_on_ && p.handle != 0) stages_.RecordExecuted(p.enqueued, p.picked, cycle_negotiated_);
-  CompleteHandle(p.handle, std::move(result));
-}
-
-Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) {
-  switch (r.op) {
-    case OpType::JOIN:
-      joined_ = false;
-      result->value = r.root;
-      return Status::Ok();
-    case OpType::PROCESS_SET_ADD: {
-      std::vector<int> ranks(r.split_matrix.begin(), r.split_matrix.end());
-      // Every rank runs the same checks on the same table, so they agree on the outcome.
-      for (const auto& kv : sets_)
-        if (kv.second.ranks == ranks)
-          return Status::Error(StatusCode::INVALID_ARGUMENT, "a process set with ranks " + ShapeString(r.split_matrix) +
-                                                                 " already exists (id " + std::to_string(kv.first) + ")");
-      ProcessSet ps;
-      ps.id = next_set_id_++;
-      ps.ranks = ranks;
-      ps.set_rank = ps.IndexOf(rank_);
-      // Collective over the whole job: every rank executes this response at this point.
-      if (watchdog_.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
-            return MPI_Comm_split(comm_, ps.includes_me() ? 0 : MPI_UNDEFINED, rank_, &ps.comm);
-          }) != MPI_SUCCESS)
-        return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
-      if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
-      if (coordinator_) coordinator_->AddProcessSet(ps.id, ranks);
-      watchdog_.AddSet(ps.id, ranks);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        set_ranks_[ps.id] = ranks;
-      }
-      result->value = ps.id;
-      sets_.emplace(ps.id, std::move(ps));
-      return Status::Ok();
-    }
-    case OpType::PROCESS_SET_REMOVE: {
-      const int32_t id = r.root;
-      auto it = sets_.find(id);
-      if (id == 0 || it == sets_.end())
-        return Status::Error(StatusCode::INVALID_ARGUMENT,
-                             id == 0 ? "the global process set cannot be removed"
-                                     : "process set " + std::to_string(id) + " does not exist");
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        set_ranks_.erase(id);
-      }
-      // Its cached responses go on every rank alike; its waiting requests fail.
-      std::vector<int> evicted;
-      for (int b = 0; b < cache_->capacity(); ++b)
-        if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
-      for (auto& kv : pending_)
-        if (kv.second.request.process_set == id) orphans->push_back(kv.first);
-      EvictBits(evicted);
-      if (nccl_) nccl_->Release(id);  // its NCCL communicator goes once its GPU work is done
-      if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
-      sets_.erase(it);
-      if (coordinator_) coordinator_->RemoveProcessSet(id);
-      watchdog_.RemoveSet(id);
-      return Status::Ok();
-    }
-    default:
-      return Status::Error(StatusCode::INTERNAL, "not a control operation");
-  }
-}
-
-void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
+void Executor::Execute(const std::vector<Response>& responses, const std::vector<int>& cache_bits,
+                       const ExecutionContext& ctx) {
   if (responses.empty()) return;
   const size_t n = responses.size();
+  std::unordered_map<std::string, Pending>& pending = ctx.pending;
+  Timeline& timeline = ctx.timeline;
   std::vector<Pending*> entries(n, nullptr);
   std::vector<const ProcessSet*> sets(n, nullptr);  // null: this rank takes no part
-  const bool tl = timeline_.active();
+  const bool tl = timeline.active();
   for (size_t i = 0; i < n; ++i) {
     const Response& r = responses[i];
-    const ProcessSet* ps = FindSet(r.process_set);
+    const ProcessSet* ps = FindSet(ctx.sets, r.process_set);
     if (!ps || !ps->includes_me()) continue;  // another set's collective
-    auto it = pending_.find(r.name);
-    if (it != pending_.end()) {
+    auto it = pending.find(r.name);
+    if (it != pending.end()) {
       entries[i] = &it->second;
       sets[i] = ps;
       if (tl) {
-        timeline_.End(r.name);  // NEGOTIATE_<OP>
-        timeline_.Begin(r.name, OpTypeName(r.op));
-        timeline_.Begin(r.name, "QUEUE");
+        timeline.End(r.name);  // NEGOTIATE_<OP>
+        timeline.Begin(r.name, OpTypeName(r.op));
+        timeline.Begin(r.name, "QUEUE");
       }
-    } else if (joined_ && r.op == OpType::ALLREDUCE && r.error.empty()) {
+    } else if (ctx.joined && r.op == OpType::ALLREDUCE && r.error.empty()) {
       sets[i] = ps;  // joined: contribute zeros
     } else if (r.op != OpType::JOIN && r.error.empty()) {
       Log(LogLevel::ERROR, "internal: response for unknown tensor '" + r.name + "'");
@@ -415,10 +379,10 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
   for (size_t i = 0; i < n; ++i) requests[i] = entries[i] ? entries[i]->request : RequestFromResponse(responses[i]);
 
   std::vector<std::string> orphans;  // waiting requests of a removed process set
-  for (const std::vector<size_t>& group : PlanFusion(responses)) {
+  for (const std::vector<size_t>& group : PlanFusion(responses, ctx.fusion_threshold)) {
     if (tl)
       for (size_t i : group)
-        if (entries[i]) timeline_.End(responses[i].name);  // QUEUE
+        if (entries[i]) timeline.End(responses[i].name);  // QUEUE
     const size_t i = group[0];
     if (!sets[i]) continue;  // members of a fused group share the process set
     if (responses[i].device >= 0 && IsDataOp(responses[i].op) && responses[i].op != OpType::BARRIER &&
@@ -430,7 +394,7 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
         rs.push_back(&responses[k]);
         ps.push_back(entries[k]);
       }
-      ExecuteDeviceGroup(*sets[i], rs, ps);
+      ExecuteDeviceGroup(ctx, *sets[i], rs, ps);
       continue;
     }
     if (group.size() > 1) {
@@ -440,12 +404,12 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
         rs.push_back(&responses[k]);
         ps.push_back(entries[k]);
       }
-      Status st = ExecuteFused(*sets[i], rs, ps);
+      Status st = ExecuteFused(ctx, *sets[i], rs, ps);
       for (Pending* p : ps) {
         if (!p) continue;
         Result res;
         res.status = st;
-        Finish(*p, std::move(res));
+        ctx.engine.Finish(*p, std::move(res));
       }
       continue;
     }
@@ -454,29 +418,29 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
     if (!r.error.empty())
       res.status = Status::Error(StatusCode::MISMATCH, r.error);
     else if (!IsDataOp(r.op)) {
-      res.status = ExecuteControl(r, &res, &orphans);
+      res.status = ctx.engine.ExecuteControl(r, &res, &orphans);
       if (r.op == OpType::PROCESS_SET_REMOVE && res.status.ok())
         for (size_t k = i + 1; k < n; ++k)
           if (responses[k].process_set == r.root) sets[k] = nullptr;  // left to the orphans below
     }
     else if (entries[i])
-      res.status = ExecuteOne(*sets[i], r, *entries[i], &res);
+      res.status = ExecuteOne(ctx, *sets[i], r, *entries[i], &res);
     else
-      res.status = ExecuteJoinedAllreduce(*sets[i], r);
+      res.status = ExecuteJoinedAllreduce(ctx, *sets[i], r);
     if (!res.status.ok() && res.status.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, res.status.message);
-    if (entries[i]) Finish(*entries[i], std::move(res));
+    if (entries[i]) ctx.engine.Finish(*entries[i], std::move(res));
   }
   for (size_t i = 0; i < n; ++i)
-    if (entries[i] && sets[i]) pending_.erase(responses[i].name);
+    if (entries[i] && sets[i]) pending.erase(responses[i].name);
   for (const std::string& name : orphans) {
-    auto it = pending_.find(name);
-    if (it == pending_.end()) continue;
+    auto it = pending.find(name);
+    if (it == pending.end()) continue;
     Result res;
     res.status = Status::Error(StatusCode::INVALID_ARGUMENT,
                                "process set " + std::to_string(it->second.request.process_set) +
                                    " was removed while tensor '" + name + "' was waiting");
-    Finish(it->second, std::move(res));
-    pending_.erase(it);
+    ctx.engine.Finish(it->second, std::move(res));
+    pending.erase(it);
   }
 
   // The cache changes in execution order, identically on every rank (members or not).
@@ -484,11 +448,11 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
   for (size_t i = 0; i < n; ++i) {
     if (!IsDataOp(responses[i].op)) continue;
     if (cache_bits[i] >= 0)
-      cache_->Touch(cache_bits[i]);
+      ctx.cache.Touch(cache_bits[i]);
     else
-      cache_->Put(requests[i], responses[i], &evicted);
+      ctx.cache.Put(requests[i], responses[i], &evicted);
   }
-  EvictBits(evicted);
+  ctx.engine.EvictBits(evicted);
 }
 
 }  // namespace collectives

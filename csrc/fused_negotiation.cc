@@ -16,7 +16,7 @@ void CombineTyped(const void* in, void* inout, int64_t n, ReduceOp op) {
   T* b = static_cast<T*>(inout);
   switch (op) {
     case ReduceOp::SUM:
-    case ReduceOp::AVERAGE:  // divided afterwards (Engine::PostReduce), as on the ordinary path
+    case ReduceOp::AVERAGE:  // divided afterwards (Executor::PostReduce), as on the ordinary path
       for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(static_cast<U>(b[i]) + static_cast<U>(a[i]));
       break;
     case ReduceOp::PRODUCT:

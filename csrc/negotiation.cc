@@ -334,7 +334,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   return true;
 }
 
-Engine::Pending* Engine::FusedCandidate() {
+Pending* Engine::FusedCandidate() {
   if (!fused_.initialized() || joined_ || join_mode_ || timeline_.active()) return nullptr;
   Pending* best = nullptr;
   for (auto& kv : pending_) {
@@ -345,7 +345,7 @@ Engine::Pending* Engine::FusedCandidate() {
         !p.output)
       continue;
     const int64_t n = NumElements(q.shape);
-    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || hierarchy_.UseForAllreduce(0, n)) continue;
+    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || executor_.hierarchy().UseForAllreduce(0, n)) continue;
     if (!best || p.cache_bit < best->cache_bit) best = &p;  // the lowest bit: ranks tend to pick alike
   }
   return best;
@@ -367,7 +367,7 @@ int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bo
     if (fused_.Fits(bytes)) {
       descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
       payload = p->input;
-      if (q.prescale != 1.0) {  // as Engine::Allreduce scales before reducing
+      if (q.prescale != 1.0) {  // as Executor::Allreduce scales before reducing
         ScaledCopy(scaled, p->input, n, q.dtype, q.prescale);
         payload = scaled;
       }
@@ -388,7 +388,7 @@ void Engine::FinishFused(Pending* p, int bit) {
   const Response& r = cache_->Get(bit);
   const int64_t n = NumElements(r.shape);
   void* reduced = fused_.result();
-  PostReduce(sets_.at(0), r, reduced, n);
+  Executor::PostReduce(sets_.at(0), r, reduced, n);
   std::memcpy(p->output, reduced, static_cast<size_t>(n * DataTypeSize(r.dtype)));
   const std::string name = p->request.name;
   Finish(*p, Result());
