@@ -210,6 +210,7 @@ class Engine final : private ExecutionListener {
   void EvictBits(const std::vector<int>& bits) override;  // also the executor's (ExecutionListener)
   Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
 
+  const ProcessSet* FindSet(int32_t id) const;
   void MarkForeignBits(uint64_t* ready) const;
   // The negotiation allreduce, carrying a small cached allreduce when one is ready here
   // (fused_negotiation.h); the entry it carried, and whether every rank agreed on it.
@@ -225,7 +226,6 @@ class Engine final : private ExecutionListener {
   // Completes a GPU operation's handle (from the completion thread, or at once on failure).
   void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
   Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
-  const ProcessSet* FindSet(int32_t id) const;
   // Tensors in GPU memory, on the caller's thread at enqueue: their device and the producer's
   // stream position.
   Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);

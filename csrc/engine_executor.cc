@@ -14,11 +14,6 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
   executor_.Execute(responses, cache_bits, ctx);
 }
 
-const ProcessSet* Engine::FindSet(int32_t id) const {
-  auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : &it->second;
-}
-
 void Engine::Finish(Pending& p, Result&& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -143,7 +143,8 @@ std::vector<std::vector<size_t>> Executor::PlanFusion(const std::vector<Response
     plan.push_back({i});
     if (!Fusable(responses[i])) continue;
     int64_t bytes = Bytes(responses[i]);
-    const int64_t cap = MaxFusedBytes(responses[i], fusion_threshold);  // the same for every response of this key
+    // The same for every response of this key.
+    const int64_t cap = MaxFusedBytes(responses[i], fusion_threshold);
     if (bytes > cap) continue;
     for (size_t j = i + 1; j < responses.size(); ++j) {
       if (assigned[j] || !Fusable(responses[j]) || !SameFusionKey(responses[i], responses[j])) continue;
@@ -280,7 +281,8 @@ Status Executor::ExecuteOne(const ExecutionContext& ctx, const ProcessSet& ps, c
       break;
     case OpType::BROADCAST:
       // The root is a global rank (Horovod's convention); MPI wants its place in the set.
-      if (config_.rank == r.root && p.input != p.output && n) std::memcpy(p.output, p.input, static_cast<size_t>(n * esize));
+      if (config_.rank == r.root && p.input != p.output && n)
+        std::memcpy(p.output, p.input, static_cast<size_t>(n * esize));
       st = backend_.Broadcast(ps.comm, p.output, n * esize, ps.IndexOf(r.root));
       break;
     case OpType::ALLGATHER: {

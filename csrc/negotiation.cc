@@ -66,6 +66,11 @@ void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
   pending_.emplace(std::move(name), std::move(p));
 }
 
+const ProcessSet* Engine::FindSet(int32_t id) const {
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : &it->second;
+}
+
 // A rank outside a process set never submits that set's requests; it marks them ready so
 // that the bitwise AND reflects the members alone.
 void Engine::MarkForeignBits(uint64_t* ready) const {
