@@ -79,10 +79,24 @@ def launch(argv, token, timeout, env=None):
     return Run(proc.returncode, out, err), time.monotonic() - start
 
 
+# What a request made after the watchdog stopped the engine says before the stall's report.
+STOPPED_EARLIER = "collectives stopped earlier in this process: "
+
+
 def stalled_errors(run):
-    """{rank: (phase, message)} of the workers' error lines."""
-    return {int(r): (phase, msg) for r, phase, msg in
-            re.findall(r"\[rank (\d+) host \S+\] error in (\w+) after \S+: StallTimeoutError: (.*)", run.stdout)}
+    """{rank: (phase, message)} of the workers' error lines: a StallTimeoutError, or (torch mode) a
+    ShutdownError from a gradient hook that submitted after the watchdog had stopped the engine,
+    whose message is the same stall report behind STOPPED_EARLIER (seen in CI when backward
+    outlasted the 3 s limit on a loaded machine). Its phase is returned as "backward:stopped"."""
+    found = {}
+    for r, phase, kind, msg in re.findall(
+            r"\[rank (\d+) host \S+\] error in (\w+) after \S+: (StallTimeoutError|ShutdownError): (.*)", run.stdout):
+        if kind == "ShutdownError":
+            if phase != "backward" or not msg.startswith(STOPPED_EARLIER):
+                continue  # not the stall: the assertions below then fail for this rank
+            phase, msg = "backward:stopped", msg[len(STOPPED_EARLIER):]
+        found[int(r)] = (phase, msg)
+    return found
 
 
 def assert_stopped_rank_reported(run, mode):
@@ -97,7 +111,8 @@ def assert_stopped_rank_reported(run, mode):
     assert fatal == {0, 2}, f"watchdog reports from ranks {sorted(fatal)}, expected [0, 2]\n{run.describe()}"
     assert errors and set(errors) <= {0, 2}, f"StallTimeoutError from ranks {sorted(errors)}\n{run.describe()}"
     for r, (phase, message) in errors.items():
-        assert phase == {"sync": "synchronize", "verb": "allreduce", "torch": "step"}[mode], run.describe()
+        expected = {"sync": ["synchronize"], "verb": ["allreduce"], "torch": ["step", "backward:stopped"]}[mode]
+        assert phase in expected, run.describe()
         m = re.match(r"stalled in a backend call: ((?:MPI_\w+|the negotiation's exchange).*?) has not returned after 3 s, waiting on (ranks? .*?)\. ",
                      message)
         assert m, f"rank {r}: {message}"
