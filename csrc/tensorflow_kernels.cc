@@ -156,14 +156,9 @@ void* CreateReduce(TF_OpKernelConstruction* ctx) {
   if (st.ok()) g_tf->OpKernelConstruction_GetAttrInt32(ctx, "reduce_op", &op, st.s);
   attrs->reduce_op = static_cast<ReduceOp>(op);
   if (st.ok()) g_tf->OpKernelConstruction_GetAttrInt32(ctx, "process_set", &attrs->process_set, st.s);
+  // Two doubles as Python's repr writes them (exact; a TensorFlow float attribute has 32 bits).
   std::string scales;
-  if (st.ok()) g_tf->OpKernelConstruction_GetAttrSize(ctx, "scales", &list_size, &total_size, st.s);
-  if (st.ok()) {
-    // Two doubles as Python's repr writes them (exact; a TensorFlow float attribute has 32 bits).
-    scales.assign(static_cast<size_t>(total_size), '\0');
-    g_tf->OpKernelConstruction_GetAttrString(ctx, "scales", &scales[0], scales.size(), st.s);
-  }
-  if (st.ok()) {
+  if (st.ok() && GetStringAttr(ctx, "scales", &scales, st.s)) {
     char* end = nullptr;
     attrs->prescale = std::strtod(scales.c_str(), &end);
     attrs->postscale = std::strtod(end, nullptr);
