@@ -1,4 +1,4 @@
-"""collectives.tensorflow (the horovod.tensorflow face) against numpy references on 2 and 3 real MPI ranks.
+"""collectives.tensorflow (the horovod.tensorflow face) against numpy references on 3 real MPI ranks.
 
 Each launch runs ``tests/workers/tf_ops_worker.py`` with every family: allreduce (every TF
 dtype x Sum/Average/Min/Max/Product, scaled, deprecated ``average``, compression,
@@ -19,8 +19,10 @@ TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 FAMILIES = ["allreduce", "grouped", "broadcast", "allgather", "alltoall", "reducescatter", "gradients", "misc"]
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_tensorflow_ops(np_):
-    run = run_workers(np_, "tf_ops_worker.py", *FAMILIES, timeout=240, env=TF_ENV)
-    assert_all_ranks_passed(run, np_, min_cases=141)
+# Three ranks only: an odd count exercises uneven splits and reductions that two would not, the
+# engine's algorithms are covered at 2, 3 and 4 ranks by tests/test_ops.py, and a second launch
+# of this worker cost 19 s of CI's 25 minutes.
+def test_tensorflow_ops():
+    run = run_workers(3, "tf_ops_worker.py", *FAMILIES, timeout=240, env=TF_ENV)
+    assert_all_ranks_passed(run, 3, min_cases=141)
 

@@ -24,9 +24,10 @@ def test_unified_torch():
     assert_all_ranks_passed(run, 2, min_cases=3)
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_mixed_frameworks(np_):
+# Three ranks (the torch face runs at two above): mixing frameworks is a matter of the Python
+# layers, which do not depend on the number of ranks, and a second launch cost 13 s of CI's time.
+def test_mixed_frameworks():
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
-    run = run_workers(np_, "unified_worker.py", "mixed", timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, np_, min_cases=2)
+    run = run_workers(3, "unified_worker.py", "mixed", timeout=TIMEOUT, env=ENV)
+    assert_all_ranks_passed(run, 3, min_cases=2)
