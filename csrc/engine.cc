@@ -199,13 +199,16 @@ Status Engine::Setup(MPI_Comm comm) {
     set_ranks_[0] = everyone.ranks;
   }
   sets_.emplace(0, std::move(everyone));
-  cache_.reset(new ResponseCache(config_.cache_capacity));
-  if (size_ > 1) {  // the same on every rank: the negotiation message's layout depends on it
-    setup_step_ = "the negotiation's shared-memory segment (needs every rank)";
-    st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, local_size_, config_.shm_negotiation);
-    if (!st.ok()) return st;
-  }
-  if (rank_ == 0) coordinator_.reset(new Coordinator(size_, config_.stall_check_s, config_.stall_shutdown_s));
+  NegotiatorConfig negotiation;
+  negotiation.rank = rank_;
+  negotiation.size = size_;
+  negotiation.local_size = local_size_;
+  negotiation.cache_capacity = config_.cache_capacity;
+  negotiation.stall_check_s = config_.stall_check_s;
+  negotiation.stall_shutdown_s = config_.stall_shutdown_s;
+  negotiation.shm_negotiation = config_.shm_negotiation;
+  st = negotiator_.Init(comm_, negotiation, &setup_step_);
+  if (!st.ok()) return st;
   if (rank_ == 0 && !config_.timeline_path.empty()) {
     st = timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
@@ -266,7 +269,7 @@ void Engine::Teardown() {
   }
   for (auto& s : wake_sends_) MPI_Wait(&s.second, MPI_STATUS_IGNORE);
   wake_sends_.clear();
-  fused_.Free();
+  negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
   for (auto& kv : sets_)
     if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
   sets_.clear();
@@ -274,7 +277,6 @@ void Engine::Teardown() {
   MPI_Comm_free(&local_comm_);
   MPI_Comm_free(&comm_);
   executor_.Release();  // the backends' MPI operators, the fusion buffer, the shared segments
-  pending_.clear();
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.
   SetBufferPoolLimit(0);
@@ -283,10 +285,10 @@ void Engine::Teardown() {
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 stages_.Summary(rank_).c_str(), static_cast<unsigned long long>(fused_done_),
-                 static_cast<unsigned long long>(fused_discarded_), static_cast<unsigned long long>(cycle_),
-                 static_cast<unsigned long long>(inline_cycles_), fused_.transport(),
-                 static_cast<unsigned long long>(fused_.resizes()));
+                 stages_.Summary(rank_).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
+                 static_cast<unsigned long long>(negotiator_.fused_discarded()),
+                 static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(inline_cycles_),
+                 negotiator_.transport(), static_cast<unsigned long long>(negotiator_.resizes()));
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 
@@ -434,10 +436,7 @@ void Engine::FailAll(const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     waiting.swap(incoming_);
     claimed_ = 0;
-    for (auto& kv : pending_) waiting.push_back(std::move(kv.second));
-    pending_.clear();
-    for (Pending& p : held_) waiting.push_back(std::move(p));
-    held_.clear();
+    negotiator_.TakeAll(&waiting);  // the negotiated entries, then those held behind their name
     in_flight_.clear();
     announced_.clear();
   }

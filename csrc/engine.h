@@ -3,9 +3,17 @@
 // ranks which names are ready everywhere, executes them in the same order on every rank
 // (fusing small allreduces), and completes the handles.
 //
-// Files: engine.cc (lifecycle, queue, handles, waking), negotiation.cc (one cycle of the
-// protocol), engine_executor.cc (the engine's side of execution, which an Executor of its own
-// runs on the backends: executor.h).
+// The engine thread's work is split between objects of its own, each with a narrow interface:
+// a Negotiator decides what runs in each cycle (negotiator.h), an Executor runs it on the
+// backends (executor.h), and a Watchdog times the blocking backend calls (watchdog.h). The
+// engine keeps what ties them together: the submission queue and handles, the process sets, the
+// timeline, the waking between cycles, and the stop.
+//
+// Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
+// peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
+// the executor), engine_inline.cc (callers running cycles), engine_executor.cc (the engine's
+// side of execution and negotiation: completing handles, join and process sets),
+// engine_autotune.cc, engine_watchdog.cc, engine_stop.cc (why the engine stopped).
 #pragma once
 #include <mpi.h>
 
@@ -24,18 +32,16 @@
 
 #include "autotune.h"
 #include "buffer_pool.h"
-#include "coordinator.h"
 #include "doorbell.h"
 #include "executor.h"
 #include "gpu_runtime.h"
 #include "handle_table.h"
-#include "fused_negotiation.h"
 #include "latency_stages.h"
 #include "message.h"
+#include "negotiator.h"
 #include "pending.h"
 #include "process_id.h"
 #include "process_set.h"
-#include "response_cache.h"
 #include "status.h"
 #include "timeline.h"
 #include "watchdog.h"
@@ -78,7 +84,7 @@ struct Submission {
   uintptr_t stream = 0;
 };
 
-class Engine final : private ExecutionListener {
+class Engine final : private ExecutionListener, private NegotiationListener {
  public:
   Engine() = default;
   ~Engine();
@@ -202,27 +208,18 @@ class Engine final : private ExecutionListener {
   Status StartWatchdog();
   void OnBackendStall(const std::string& message);
 
-  // negotiation.cc: one cycle; returns false when the engine must stop. `declined`: given by a
+  // engine_cycle.cc: one cycle; returns false when the engine must stop. `declined`: given by a
   // caller running the cycle (engine_inline.cc), set when the cycle was not run because it might
   // include GPU work, which only the engine thread runs.
   bool RunCycle(bool* active, bool* declined = nullptr);
-  void AdmitLocal(Pending&& p, std::vector<int>* invalid_bits);
-  void EvictBits(const std::vector<int>& bits) override;  // also the executor's (ExecutionListener)
-  Status ExchangeWithCoordinator(bool coordinator_due, ResponseList* list);
 
-  const ProcessSet* FindSet(int32_t id) const;
-  void MarkForeignBits(uint64_t* ready) const;
-  // The negotiation allreduce, carrying a small cached allreduce when one is ready here
-  // (fused_negotiation.h); the entry it carried, and whether every rank agreed on it.
-  int NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bool* agreed);
-  Pending* FusedCandidate();
-  void FinishFused(Pending* p, int bit);
-
-  // engine_executor.cc: the engine's side of execution (executor.h). ExecuteAll hands a cycle's
-  // responses to the executor with what it needs of the engine's state; the executor reports
-  // back through the ExecutionListener overrides.
+  // engine_executor.cc: the engine's side of execution (executor.h) and of negotiation
+  // (negotiator.h). ExecuteAll hands a cycle's responses to the executor with what it needs of
+  // the engine's state; the executor reports back through the ExecutionListener overrides, the
+  // negotiator through the NegotiationListener's (Finish, for the allreduce it carried).
   void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
-  void Finish(Pending& p, Result&& result) override;
+  void Finish(Pending& p, Result&& result) override;  // both listeners'
+  void EvictBits(const std::vector<int>& bits) override { negotiator_.EvictBits(bits); }
   // Completes a GPU operation's handle (from the completion thread, or at once on failure).
   void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
   Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
@@ -269,8 +266,8 @@ class Engine final : private ExecutionListener {
   size_t claimed_ = 0;
   std::unordered_set<std::string> in_flight_;
   // Names of this rank's error submissions not yet resolved (a count: the same bad call may be
-  // repeated). They do not block the name for the caller: a new request under it waits in
-  // held_ until the error submission has been negotiated.
+  // repeated). They do not block the name for the caller: a new request under it waits in the
+  // negotiator (Negotiator::held_) until the error submission has been negotiated.
   std::unordered_map<std::string, int> announced_;
   // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
   std::unordered_map<int32_t, std::vector<int>> set_ranks_;
@@ -283,7 +280,7 @@ class Engine final : private ExecutionListener {
   int64_t next_handle_ = 1;
 
   HandleTable handles_;
-  // Times the engine thread's blocking backend calls (negotiation.cc, the executor, Teardown).
+  // Times the engine thread's blocking backend calls (the negotiator, the executor, Teardown).
   Watchdog watchdog_;
 
   // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
@@ -295,19 +292,16 @@ class Engine final : private ExecutionListener {
   std::atomic<bool> abort_inline_{false};  // the watchdog fired: a caller stops waiting inside MPI
 
   // Cycle state (cycle_mu_).
+  // The protocol that decides each cycle's responses, with this rank's pending entries, the
+  // response cache, the coordinator and the cycle counts (negotiator.h).
+  Negotiator negotiator_;
+  // The process sets stay here rather than in the negotiator, which only reads them: control
+  // operations create and remove them during execution (engine_executor.cc), and the executor,
+  // the watchdog and Teardown use them too.
   std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
   int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
-  bool joined_ = false;                 // this rank called join() and it has not completed
-  bool join_mode_ = false;              // some rank has joined: negotiate through the coordinator
-  std::unordered_map<std::string, Pending> pending_;
-  std::vector<Pending> held_;  // submissions whose name is still pending here (see announced_)
-  std::vector<std::string> to_report_;
-  std::unique_ptr<ResponseCache> cache_;
-  std::unique_ptr<Coordinator> coordinator_;
-  uint64_t cycle_ = 0;  // cycles completed; identical on every rank
-  // Cycles in a row in which nothing happened anywhere (no submission, no result); the same on
-  // every rank. The next cycle is due after 2^min(this, kQuietDoublings) cycle times.
-  int quiet_cycles_ = 0;
+  // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
+  // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
   static constexpr int kQuietDoublings = 5;
   Clock::time_point last_cycle_start_;
   int64_t wake_buf_ = 0;
@@ -317,10 +311,7 @@ class Engine final : private ExecutionListener {
   // Per-stage timing of operations, only under COLLECTIVES_LATENCY_STAGES=1 (latency_stages.h).
   const bool stages_on_ = LatencyStages::Enabled();
   LatencyStages stages_;
-  Clock::time_point cycle_negotiated_;  // when this cycle's negotiation returned
-  FusedNegotiation fused_;  // small allreduces carried by the negotiation (whole job, size > 1)
-  uint64_t fused_done_ = 0, fused_discarded_ = 0;  // for the stage report
-  uint64_t inline_cycles_ = 0;                       // cycles run by waiting callers (the same)
+  uint64_t inline_cycles_ = 0;  // cycles run by waiting callers (for the stage report)
 
   std::mutex layouts_mu_;
   std::unordered_set<std::string> agreed_layouts_;  // LayoutAgreed

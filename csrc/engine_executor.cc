@@ -1,7 +1,8 @@
 // The engine's side of execution (executor.h): handing each cycle's responses to the executor
-// with what it needs of the engine's state, completing the handles of what it ran, the control
-// operations (join, process sets), which change the engine's own tables, and the submission of
-// tensors in GPU memory on the caller's thread.
+// with what it needs of the engine's state, completing the handles of what it ran (and of the
+// allreduce the negotiation carried: negotiator.h), the control operations (join, process sets),
+// which change the engine's own tables and the negotiator's, and the submission of tensors in
+// GPU memory on the caller's thread.
 #include "engine.h"
 #include "gpu_loader.h"
 
@@ -9,8 +10,8 @@ namespace collectives {
 
 void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
   if (responses.empty()) return;
-  const ExecutionContext ctx{sets_, pending_, *cache_, timeline_, watchdog_, *this,
-                             joined_, join_mode_, config_.fusion_threshold, gpu_device_};
+  const ExecutionContext ctx{sets_, negotiator_.pending(), negotiator_.cache(), timeline_, watchdog_, *this,
+                             negotiator_.joined(), negotiator_.join_mode(), config_.fusion_threshold, gpu_device_};
   executor_.Execute(responses, cache_bits, ctx);
 }
 
@@ -25,7 +26,7 @@ void Engine::Finish(Pending& p, Result&& result) {
     }
   }
   if (timeline_.active()) timeline_.End(p.request.name);  // closes the <OP> phase
-  if (stages_on_ && p.handle != 0) stages_.RecordExecuted(p.enqueued, p.picked, cycle_negotiated_);
+  if (stages_on_ && p.handle != 0) stages_.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
   CompleteHandle(p.handle, std::move(result));
 }
 
@@ -44,7 +45,7 @@ void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& resu
 Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) {
   switch (r.op) {
     case OpType::JOIN:
-      joined_ = false;
+      negotiator_.EndJoin();
       result->value = r.root;
       return Status::Ok();
     case OpType::PROCESS_SET_ADD: {
@@ -64,7 +65,7 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
           }) != MPI_SUCCESS)
         return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
       if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
-      if (coordinator_) coordinator_->AddProcessSet(ps.id, ranks);
+      negotiator_.AddProcessSet(ps.id, ranks);  // rank 0's coordinator learns its members
       watchdog_.AddSet(ps.id, ranks);
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -85,17 +86,12 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
         std::lock_guard<std::mutex> lock(mu_);
         set_ranks_.erase(id);
       }
-      // Its cached responses go on every rank alike; its waiting requests fail.
-      std::vector<int> evicted;
-      for (int b = 0; b < cache_->capacity(); ++b)
-        if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
-      for (auto& kv : pending_)
-        if (kv.second.request.process_set == id) orphans->push_back(kv.first);
-      EvictBits(evicted);
+      // Its cached responses go on every rank alike; its waiting requests fail; the coordinator
+      // forgets it.
+      negotiator_.RemoveProcessSet(id, orphans);
       executor_.ReleaseSet(id);  // its NCCL communicator goes once its GPU work is done
       if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
       sets_.erase(it);
-      if (coordinator_) coordinator_->RemoveProcessSet(id);
       watchdog_.RemoveSet(id);
       return Status::Ok();
     }

@@ -55,7 +55,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
   SetWaitAbort(nullptr);
   // Work left here (other threads' submissions, or the engine's end) is the engine thread's again:
   // wake it rather than leave it to its next poll.
-  bool left = cycles_over_ || !pending_.empty() || !held_.empty() || gpu_device_ >= 0;
+  bool left = cycles_over_ || negotiator_.has_work() || gpu_device_ >= 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     left = left || incoming_.size() > claimed_;

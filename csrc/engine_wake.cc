@@ -96,7 +96,7 @@ bool Engine::PeerStarted() {
   // sends. Where none is, nothing is sent or received, and an MPI_Test (which runs MPICH's
   // progress engine) per look would be wasted.
   const bool by_message = bell_.HasMpiPeers() && PollWake();
-  return bell_.PeerStarted(cycle_) || by_message;
+  return bell_.PeerStarted(negotiator_.cycle()) || by_message;
 }
 
 auto Engine::CycleTime() const -> Clock::duration {
@@ -107,7 +107,7 @@ auto Engine::NextCycleInterval() const -> Clock::duration {
   // After cycles in which nothing happened anywhere (some rank waits for the others' submissions,
   // which will start a cycle themselves), the next one is due later and later: 2, 4 ... 32 cycle
   // times. Such cycles only look for stalls and anything a submission did not announce.
-  return CycleTime() * (1 << std::min(quiet_cycles_, kQuietDoublings));
+  return CycleTime() * (1 << std::min(negotiator_.quiet_cycles(), kQuietDoublings));
 }
 
 bool Engine::PollWake() {
@@ -117,7 +117,7 @@ bool Engine::PollWake() {
     MPI_Test(&wake_recv_, &flag, MPI_STATUS_IGNORE);
     if (!flag) break;
     // A wake names the cycle its sender is entering; an older one is stale.
-    if (wake_buf_ >= static_cast<int64_t>(cycle_)) woke = true;
+    if (wake_buf_ >= static_cast<int64_t>(negotiator_.cycle())) woke = true;
     MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
   }
   while (!wake_sends_.empty()) {
@@ -133,10 +133,10 @@ void Engine::SendWake() {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (bell_.RingsPeer(peer)) {
-      bell_.RingPeer(peer, cycle_);
+      bell_.RingPeer(peer, negotiator_.cycle());
       continue;
     }
-    std::unique_ptr<int64_t> value(new int64_t(static_cast<int64_t>(cycle_)));
+    std::unique_ptr<int64_t> value(new int64_t(static_cast<int64_t>(negotiator_.cycle())));
     MPI_Request req;
     MPI_Isend(value.get(), 1, MPI_INT64_T, peer, kWakeTag, comm_, &req);
     wake_sends_.emplace_back(std::move(value), req);

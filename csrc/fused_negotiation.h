@@ -45,7 +45,7 @@ class FusedNegotiation {
   static constexpr int kClasses = 3;
   static constexpr int64_t kClassBytes[kClasses] = {64, 512, kPayloadBytes};
   static constexpr int kShrinkAfterCycles = 64;
-  // Flags-word bits (inverted in the word, as the negotiation's own flags, csrc/negotiation.cc,
+  // Flags-word bits (inverted in the word, as the negotiation's own flags, csrc/negotiator.cc,
   // which uses the bits below these): "some rank's candidate needs class 1 / class 2".
   static constexpr uint64_t kFlagWantClass1 = 1ull << 8, kFlagWantClass2 = 1ull << 9;
 

@@ -1,5 +1,5 @@
 // One operation this rank submitted, from the engine's queue to its completion: the queue
-// (engine.cc), the negotiation's table of pending names (negotiation.cc) and execution
+// (engine.cc), the negotiation's table of pending names (negotiator.h) and execution
 // (executor.h) all hold it.
 #pragma once
 #include <cstdint>

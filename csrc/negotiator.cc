@@ -1,16 +1,19 @@
-// One negotiation cycle. Every rank runs the same cycles in the same order:
+// The negotiation protocol (negotiator.h). Every rank runs the same cycles in the same order:
 //  1. an allreduce(BAND) of a small bit vector: engine-wide flags (inverted, so AND acts
 //     as OR), one bit per response-cache entry this rank is ready to run, and inverted
 //     "invalidate" bits for cache entries whose signature changed or that stalled;
 //  2. only when some rank has requests the cache does not know: a gather of those requests
 //     to rank 0, which validates and orders them, and a broadcast of its responses;
-//  3. execution of cached-ready responses (bit order) then rank 0's responses.
+//  3. execution of cached-ready responses (bit order) then rank 0's responses (by the engine's
+//     executor, after Negotiate returns them; EndCycle then closes the cycle).
+#include "negotiator.h"
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
 #include "buffer_math.h"
-#include "engine.h"
+#include "executor.h"
 #include "log.h"
 #include "mpi_wait.h"
 
@@ -43,7 +46,27 @@ void ForEachBit(const uint64_t* words, int count, bool inverted, int limit, F&& 
 
 }  // namespace
 
-void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
+Status Negotiator::Init(MPI_Comm comm, const NegotiatorConfig& config, std::atomic<const char*>* step) {
+  config_ = config;
+  comm_ = comm;
+  cache_.reset(new ResponseCache(config_.cache_capacity));
+  if (config_.size > 1) {  // the same on every rank: the negotiation message's layout depends on it
+    *step = "the negotiation's shared-memory segment (needs every rank)";
+    Status st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, config_.local_size,
+                            config_.shm_negotiation);
+    if (!st.ok()) return st;
+  }
+  if (config_.rank == 0)
+    coordinator_.reset(new Coordinator(config_.size, config_.stall_check_s, config_.stall_shutdown_s));
+  return Status::Ok();
+}
+
+void Negotiator::Free() {
+  fused_.Free();
+  pending_.clear();
+}
+
+void Negotiator::AdmitLocal(Pending&& p, const NegotiationContext& ctx, std::vector<int>* invalid_bits) {
   if (p.request.op == OpType::JOIN) joined_ = true;
   int stale = -1;
   int bit = IsDataOp(p.request.op) ? cache_->Lookup(p.request, &stale) : -1;
@@ -60,29 +83,24 @@ void Engine::AdmitLocal(Pending&& p, std::vector<int>* invalid_bits) {
     if (stale >= 0) invalid_bits->push_back(stale);
     to_report_.push_back(p.request.name);
   }
-  if (timeline_.active())
-    timeline_.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
+  if (ctx.timeline.active())
+    ctx.timeline.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
   std::string name = p.request.name;
   pending_.emplace(std::move(name), std::move(p));
 }
 
-const ProcessSet* Engine::FindSet(int32_t id) const {
-  auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : &it->second;
-}
-
 // A rank outside a process set never submits that set's requests; it marks them ready so
 // that the bitwise AND reflects the members alone.
-void Engine::MarkForeignBits(uint64_t* ready) const {
-  if (sets_.size() <= 1) return;
+void Negotiator::MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const {
+  if (sets.size() <= 1) return;
   for (int b = 0; b < cache_->capacity(); ++b) {
     if (!cache_->Contains(b)) continue;
-    const ProcessSet* ps = FindSet(cache_->Get(b).process_set);
-    if (!ps || !ps->includes_me()) ready[b / 64] |= 1ull << (b % 64);
+    auto it = sets.find(cache_->Get(b).process_set);
+    if (it == sets.end() || !it->second.includes_me()) ready[b / 64] |= 1ull << (b % 64);
   }
 }
 
-void Engine::EvictBits(const std::vector<int>& bits) {
+void Negotiator::EvictBits(const std::vector<int>& bits) {
   if (bits.empty()) return;
   std::unordered_set<int> set(bits.begin(), bits.end());
   for (auto& kv : pending_) {
@@ -93,14 +111,36 @@ void Engine::EvictBits(const std::vector<int>& bits) {
   }
 }
 
-Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list) {
+void Negotiator::AddProcessSet(int32_t id, const std::vector<int>& ranks) {
+  if (coordinator_) coordinator_->AddProcessSet(id, ranks);
+}
+
+void Negotiator::RemoveProcessSet(int32_t id, std::vector<std::string>* orphans) {
+  // Its cached responses go on every rank alike; its waiting requests fail.
+  std::vector<int> evicted;
+  for (int b = 0; b < cache_->capacity(); ++b)
+    if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
+  for (auto& kv : pending_)
+    if (kv.second.request.process_set == id) orphans->push_back(kv.first);
+  EvictBits(evicted);
+  if (coordinator_) coordinator_->RemoveProcessSet(id);
+}
+
+void Negotiator::TakeAll(std::vector<Pending>* waiting) {
+  for (auto& kv : pending_) waiting->push_back(std::move(kv.second));
+  pending_.clear();
+  for (Pending& p : held_) waiting->push_back(std::move(p));
+  held_.clear();
+}
+
+Status Negotiator::ExchangeWithCoordinator(const NegotiationContext& ctx, bool coordinator_due, ResponseList* list) {
   const auto now = Clock::now();
   std::vector<Request> reqs;
   for (const std::string& name : to_report_) {
     auto it = pending_.find(name);
     if (it == pending_.end() || it->second.reported || it->second.cache_bit >= 0) continue;
     Request q = it->second.request;
-    q.rank = rank_;
+    q.rank = config_.rank;
     q.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.enqueued).count();
     reqs.push_back(std::move(q));
     it->second.reported = true;
@@ -109,14 +149,14 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
   const std::string mine = EncodeRequests(reqs);
 
   int64_t len = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0);
-  if (watchdog_.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+  std::vector<int64_t> lens(config_.rank == 0 ? static_cast<size_t>(config_.size) : 0);
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
         return MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_);
       }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation gather failed");
   std::vector<int> counts, displs;
   std::string all;
-  if (rank_ == 0) {
+  if (config_.rank == 0) {
     int64_t total = 0;
     for (int64_t l : lens) {
       counts.push_back(static_cast<int>(l));
@@ -125,15 +165,15 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
     }
     all.resize(static_cast<size_t>(total));
   }
-  if (watchdog_.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
         return MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(),
                            MPI_BYTE, 0, comm_);
       }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation gatherv failed");
 
   std::string encoded;
-  if (rank_ == 0) {
-    for (int r = 0; r < size_; ++r) {
+  if (config_.rank == 0) {
+    for (int r = 0; r < config_.size; ++r) {
       std::vector<Request> from_rank;
       if (!DecodeRequests(all.data() + displs[static_cast<size_t>(r)], static_cast<size_t>(counts[static_cast<size_t>(r)]),
                           &from_rank))
@@ -149,39 +189,21 @@ Status Engine::ExchangeWithCoordinator(bool coordinator_due, ResponseList* list)
     encoded = EncodeResponseList(*list);
   }
   int64_t out_len = static_cast<int64_t>(encoded.size());
-  if (watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] { return MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_); }) !=
-      MPI_SUCCESS)
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0,
+                         [&] { return MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_); }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
   encoded.resize(static_cast<size_t>(out_len));
-  if (out_len > 0 && watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
+  if (out_len > 0 && ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
         return MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_);
       }) != MPI_SUCCESS)
     return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
-  if (rank_ != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
+  if (config_.rank != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
     return Status::Error(StatusCode::INTERNAL, "corrupt negotiation response from rank 0");
   return Status::Ok();
 }
 
-bool Engine::RunCycle(bool* active, bool* declined) {
-  const auto now = Clock::now();
-  std::vector<Pending> fresh;
-  bool shutdown_local;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // A caller's cycle (engine_inline.cc) runs no GPU work. A GPU submission sets gpu_device_
-    // before it enters incoming_, so checking here, where incoming_ is taken, misses none.
-    if (declined && gpu_device_ >= 0) {
-      *declined = true;
-      return true;
-    }
-    fresh.swap(incoming_);
-    claimed_ = 0;
-    shutdown_local = shutdown_requested_;
-  }
-  last_cycle_start_ = now;
-  timeline_.MarkCycle();
-  if (stages_on_)
-    for (Pending& p : fresh) p.picked = now;
+Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, Clock::time_point now,
+                             const NegotiationContext& ctx, Negotiation* out) {
   std::vector<int> invalid;
   // A request whose name is still pending here (behind this rank's own error submission of
   // that name) waits for it to resolve; earlier held ones go first, keeping submission order.
@@ -192,7 +214,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     if (pending_.count(p.request.name))
       held_.push_back(std::move(p));
     else
-      AdmitLocal(std::move(p), &invalid);
+      AdmitLocal(std::move(p), ctx, &invalid);
   }
   // A cached request waiting past the stall-check (or stall-shutdown) time is sent to the
   // coordinator, which knows every rank's submissions: it names the missing ranks, and
@@ -214,7 +236,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   // Phase 1: flags, ready bits and invalidations in one allreduce.
   const int words = (cache_->capacity() + 63) / 64;
   std::vector<uint64_t> v(static_cast<size_t>(1 + 2 * words), 0);
-  const bool coordinator_due = rank_ == 0 && coordinator_->StallCheckDue(now);
+  const bool coordinator_due = config_.rank == 0 && coordinator_->StallCheckDue(now);
   uint64_t flags = 0;
   if (shutdown_local) flags |= kFlagShutdown;
   if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
@@ -229,24 +251,21 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     const int b = kv.second.cache_bit;
     if (b >= 0) ready[b / 64] |= 1ull << (b % 64);
   }
-  MarkForeignBits(ready);
+  MarkForeignBits(ctx.sets, ready);
   for (int w = 0; w < words; ++w) valid[w] = ~0ull;
   for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
   Pending* carried = nullptr;  // a small allreduce riding along (fused_negotiation.h)
   bool agreed = false;
   const BackendCall phase1 = fused_.shared() ? BackendCall::NEGOTIATION_SHARED : BackendCall::NEGOTIATION_ALLREDUCE;
-  if (watchdog_.Watch(phase1, 0,
-                      [&] { return NegotiationAllreduce(&v, &carried, &agreed); }) != MPI_SUCCESS) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (abandoned_) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
-    const std::string why = fused_.failure().empty() ? "MPI failure during negotiation" : fused_.failure();
-    Log(LogLevel::ERROR, why + "; stopping the engine");
-    stopped_status_ = Status::Error(StatusCode::INTERNAL, why);
-    return false;
+  if (ctx.watchdog.Watch(phase1, 0, [&] { return NegotiationAllreduce(ctx, &v, &carried, &agreed); }) !=
+      MPI_SUCCESS) {
+    out->failed_first = true;
+    return Status::Error(StatusCode::INTERNAL,
+                         fused_.failure().empty() ? "MPI failure during negotiation" : fused_.failure());
   }
   const uint64_t global_flags = ~v[0];
   const int carried_bit = carried ? carried->cache_bit : -1;  // before evictions can reset it
-  if (stages_on_) cycle_negotiated_ = Clock::now();
+  if (ctx.stages) negotiated_at_ = Clock::now();
 
   // Invalidated entries (and their groups) leave the cache on every rank; requests waiting
   // on them go to the coordinator instead.
@@ -264,16 +283,16 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     if (agreed && TestBit(ready, b) && !evicted_set.count(b) && cache_->Contains(b) &&
         !(global_flags & kFlagJoined)) {
       fused_bit = b;
-      FinishFused(carried, b);
+      FinishFused(ctx, carried, b);
       ++fused_done_;
-      if (autotune_.tuning()) AutotuneCount(cache_->Get(b));
     } else {
       ++fused_discarded_;
     }
   }
+  out->carried_bit = fused_bit;  // the engine's autotuner counts it
 
-  std::vector<Response> responses;
-  std::vector<int> cache_bits;  // bit for cached responses, -1 for the coordinator's
+  std::vector<Response>& responses = out->responses;
+  std::vector<int>& cache_bits = out->cache_bits;  // bit for cached responses, -1 for the coordinator's
   ForEachBit(ready, words, /*inverted=*/false, cache_->capacity(), [&](int b) {
     if (evicted_set.count(b) || !cache_->Contains(b) || b == fused_bit) return;
     const Response& r = cache_->Get(b);
@@ -292,26 +311,29 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   // Phase 2: the coordinator, only when someone has something the cache does not cover.
   ResponseList list;
   if (global_flags & kFlagUncached) {
-    Status st = ExchangeWithCoordinator(coordinator_due, &list);
-    if (!st.ok()) {
-      Log(LogLevel::ERROR, st.message + "; stopping the engine");
-      std::lock_guard<std::mutex> lock(mu_);
-      stopped_status_ = st;
-      return false;
-    }
+    Status st = ExchangeWithCoordinator(ctx, coordinator_due, &list);
+    if (!st.ok()) return st;
   }
-  if (stages_on_) cycle_negotiated_ = Clock::now();
+  if (ctx.stages) negotiated_at_ = Clock::now();
   for (Response& r : list.responses) {
     responses.push_back(std::move(r));
     cache_bits.push_back(-1);
   }
 
-  ExecuteAll(responses, cache_bits);
-  if (autotune_.tuning() && !AutotuneAfterCycle(responses, now)) return false;
+  out->active = (global_flags & kFlagPending) != 0;
+  out->shutdown = (global_flags & kFlagShutdown) != 0;
+  out->stall_shutdown = list.shutdown;
+  out->stall_reason = list.shutdown_reason;
+  out->joined = (global_flags & kFlagJoined) != 0;
+  out->quiet = !(global_flags & (kFlagNews | kFlagUncached | kFlagJoined)) && responses.empty() && fused_bit < 0;
+  return Status::Ok();
+}
+
+void Negotiator::EndCycle(const Negotiation& n) {
   ++cycle_;
   // While some rank has joined, requests waiting on the cache go to the coordinator instead
   // (from the next cycle on, the same decision on every rank).
-  join_mode_ = (global_flags & kFlagJoined) != 0;
+  join_mode_ = n.joined;
   if (join_mode_) {
     for (auto& kv : pending_) {
       if (kv.second.cache_bit < 0) continue;
@@ -319,28 +341,13 @@ bool Engine::RunCycle(bool* active, bool* declined) {
       to_report_.push_back(kv.first);
     }
   }
-  *active = (global_flags & kFlagPending) != 0;
-  const bool quiet = !(global_flags & (kFlagNews | kFlagUncached | kFlagJoined)) && responses.empty() && fused_bit < 0;
-  quiet_cycles_ = quiet ? quiet_cycles_ + 1 : 0;
-
-  if (list.shutdown) {
-    Log(LogLevel::ERROR, "shutting down after a stall: " + list.shutdown_reason);
-    std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = Status::Error(StatusCode::TIMEOUT, "collectives shut down after a stall: " + list.shutdown_reason);
-    return false;
-  }
-  if (global_flags & kFlagShutdown) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!shutdown_local)
-      stopped_status_ = Status::Error(StatusCode::SHUT_DOWN,
-                                      "collectives was shut down: another rank called shutdown() or exited");
-    return false;
-  }
-  return true;
+  quiet_cycles_ = n.quiet ? quiet_cycles_ + 1 : 0;
 }
 
-Pending* Engine::FusedCandidate() {
-  if (!fused_.initialized() || joined_ || join_mode_ || timeline_.active()) return nullptr;
+// The small allreduce that rides along with the negotiation (fused_negotiation.h): the pending
+// entry to carry in this cycle, if any; the negotiation allreduce carrying it; its completion.
+Pending* Negotiator::FusedCandidate(const NegotiationContext& ctx) {
+  if (!fused_.initialized() || joined_ || join_mode_ || ctx.timeline.active()) return nullptr;
   Pending* best = nullptr;
   for (auto& kv : pending_) {
     Pending& p = kv.second;
@@ -350,16 +357,17 @@ Pending* Engine::FusedCandidate() {
         !p.output)
       continue;
     const int64_t n = NumElements(q.shape);
-    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || executor_.hierarchy().UseForAllreduce(0, n)) continue;
+    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || ctx.hierarchy.UseForAllreduce(0, n)) continue;
     if (!best || p.cache_bit < best->cache_bit) best = &p;  // the lowest bit: ranks tend to pick alike
   }
   return best;
 }
 
-int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bool* agreed) {
+int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<uint64_t>* v, Pending** carried,
+                                     bool* agreed) {
   if (!fused_.initialized())
     return AllreduceWaiting(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_UINT64_T, MPI_BAND, comm_);
-  Pending* p = FusedCandidate();
+  Pending* p = FusedCandidate(ctx);
   uint64_t descriptor = 0;
   const void* payload = nullptr;
   int64_t bytes = 0;
@@ -389,16 +397,16 @@ int Engine::NegotiationAllreduce(std::vector<uint64_t>* v, Pending** carried, bo
   return rc;
 }
 
-void Engine::FinishFused(Pending* p, int bit) {
+void Negotiator::FinishFused(const NegotiationContext& ctx, Pending* p, int bit) {
   const Response& r = cache_->Get(bit);
   const int64_t n = NumElements(r.shape);
   void* reduced = fused_.result();
-  Executor::PostReduce(sets_.at(0), r, reduced, n);
+  Executor::PostReduce(ctx.sets.at(0), r, reduced, n);
   std::memcpy(p->output, reduced, static_cast<size_t>(n * DataTypeSize(r.dtype)));
   const std::string name = p->request.name;
-  Finish(*p, Result());
+  ctx.engine.Finish(*p, Result());
   pending_.erase(name);
-  cache_->Touch(bit);  // as ExecuteAll does for a cached response
+  cache_->Touch(bit);  // as execution does for a cached response
 }
 
 }  // namespace collectives
