@@ -169,6 +169,7 @@ SOURCES = [
     "handle_table.cc",
     "hierarchical.cc",
     "layout_check.cc",
+    "local_reduce.cc",
     "log.cc",
     "message.cc",
     "mpi_backend.cc",

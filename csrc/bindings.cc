@@ -12,6 +12,7 @@
 #include "gpu_loader.h"
 #include "half_math.h"
 #include "layout_check.h"
+#include "local_reduce.h"
 #include "log.h"
 #include "process_id.h"
 #include "python_gil.h"
@@ -381,6 +382,22 @@ PYBIND11_MODULE(_engine, m) {
     const char* path = HalfPathName();
     SetHalfPortableForTesting(false);
     return std::string(path);
+  });
+  // The host reductions' vector loops (local_reduce.h), for tests that compare them with MPI's
+  // operators: reduces `in` into `inout` (numpy arrays of one dtype); returns the loop used, or
+  // None when the pair is left to MPI_Reduce_local (and nothing was done).
+  m.def("local_reduce_for_testing", [](int dtype, int op, py::array in, py::array inout, bool portable) -> py::object {
+    if (in.nbytes() != inout.nbytes() || !(inout.flags() & py::array::c_style) || !(in.flags() & py::array::c_style))
+      throw py::value_error("in and inout must be C-contiguous and of one size");
+    if (!IsValidDataType(dtype) || !IsValidReduceOp(op)) throw py::value_error("bad dtype or op");
+    const int64_t count = static_cast<int64_t>(in.nbytes()) / DataTypeSize(static_cast<DataType>(dtype));
+    SetLocalReducePortableForTesting(portable);
+    const bool done = ReduceLocalFast(in.data(), inout.mutable_data(), count, static_cast<DataType>(dtype),
+                                      static_cast<ReduceOp>(op));
+    const std::string path = LocalReducePathName();
+    SetLocalReducePortableForTesting(false);
+    if (!done) return py::none();
+    return py::str(path);
   });
   // The host buffer pool's counters (buffer_pool.h), for tests and memory diagnostics.
   m.def("buffer_pool_stats", []() {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "half_math.h"
+#include "local_reduce.h"
 #include "mpi_wait.h"
 
 #if MPI_VERSION >= 4
@@ -163,6 +164,7 @@ Status MpiBackend::Allreduce(MPI_Comm comm, const void* send, void* recv, int64_
 
 Status MpiBackend::ReduceLocal(const void* in, void* inout, int64_t count, DataType dtype, ReduceOp op) const {
   if (count == 0) return Status::Ok();
+  if (ReduceLocalFast(in, inout, count, dtype, op)) return Status::Ok();  // vector loops (local_reduce.h)
 #if COLLECTIVES_LARGE_COUNT
   return Check(MPI_Reduce_local_c(in, inout, count, MpiType(dtype), MpiOp(dtype, op)), "MPI_Reduce_local");
 #else
