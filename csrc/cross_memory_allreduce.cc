@@ -143,7 +143,7 @@ Status CrossMemoryAllreduce::Write(int rank, uint64_t address, const void* local
 // which rank computes it: with two ranks it is in0 op in1 (every op is commutative, and IEEE
 // addition and multiplication are so bit for bit); with more, the inputs are folded in rank order.
 Status CrossMemoryAllreduce::ReduceChunk(const MpiBackend& backend, const void* in, void* out, int64_t lo, int64_t n,
-                                         DataType dtype, ReduceOp op) {
+                                         DataType dtype, ReduceOp op, const PostReduceFn& post) {
   const int64_t esize = DataTypeSize(dtype);
   const size_t bytes = static_cast<size_t>(n * esize);
   const uint64_t off = static_cast<uint64_t>(lo * esize);
@@ -177,13 +177,14 @@ Status CrossMemoryAllreduce::ReduceChunk(const MpiBackend& backend, const void* 
     }
     if (st.ok() && acc != own_out) std::memcpy(own_out, acc, bytes);
   }
+  if (st.ok() && post) post(own_out, n);
   for (int r = 0; r < size_ && st.ok(); ++r)
     if (r != rank_) st = Write(r, PublishedBy(r)->out + off, own_out, bytes);
   return st;
 }
 
 Status CrossMemoryAllreduce::Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count,
-                                       DataType dtype, ReduceOp op) {
+                                       DataType dtype, ReduceOp op, const PostReduceFn& post) {
   const uint32_t call = ++calls_;
   Block* block = BlockOf(call);
   if (rank_ == 0) {  // nobody uses this block until rank 0 has published the call (see the header)
@@ -211,7 +212,7 @@ Status CrossMemoryAllreduce::Allreduce(const MpiBackend& backend, const void* in
     if (k >= chunks) break;
     if (failure.ok() && block->failed_by.load(std::memory_order_relaxed) == 0) {
       const int64_t lo = static_cast<int64_t>(k) * per_chunk;
-      failure = ReduceChunk(backend, in, out, lo, std::min(per_chunk, count - lo), dtype, op);
+      failure = ReduceChunk(backend, in, out, lo, std::min(per_chunk, count - lo), dtype, op, post);
       if (!failure.ok()) block->failed_by.store(static_cast<uint32_t>(rank_) + 1);
     }
     block->done.Add(1);

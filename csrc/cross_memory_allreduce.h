@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,12 @@ class CrossMemoryAllreduce {
   }
 
   // in == out for in place. INTERNAL when a peer exited, or an attach failed, during the call.
-  Status Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
+  // `post` (may be empty) scales a chunk of the result (Average, the postscale) after it is
+  // reduced and before it is written to every rank: once per element, while the chunk is in the
+  // cache, instead of a pass of every rank over its whole output afterwards.
+  using PostReduceFn = std::function<void(void* chunk, int64_t count)>;
+  Status Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                   const PostReduceFn& post = nullptr);
 
  private:
   struct alignas(128) Published {  // per rank: what it offers for the current call
@@ -87,7 +93,7 @@ class CrossMemoryAllreduce {
   }
   Status Probe(MPI_Comm comm);
   Status ReduceChunk(const MpiBackend& backend, const void* in, void* out, int64_t lo, int64_t n, DataType dtype,
-                     ReduceOp op);
+                     ReduceOp op, const PostReduceFn& post);
   Status Read(int rank, uint64_t address, void* local, size_t bytes);
   Status Write(int rank, uint64_t address, const void* local, size_t bytes);
 

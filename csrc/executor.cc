@@ -195,9 +195,11 @@ Status Executor::Allreduce(const ProcessSet& ps, const Response& r, const void* 
     return hierarchy_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op,
                                 [&](void* shard, int64_t k) { PostReduce(ps, r, shard, k); });
   const int64_t bytes = n * DataTypeSize(r.dtype);
-  Status st = cma_.UseFor(ps.id, bytes)   ? cma_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
-              : shm_.UseFor(ps.id, bytes) ? shm_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
-                                          : backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
+  if (cma_.UseFor(ps.id, bytes))  // scaled chunk by chunk, by the rank computing it
+    return cma_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op,
+                          [&](void* chunk, int64_t k) { PostReduce(ps, r, chunk, k); });
+  Status st = shm_.UseFor(ps.id, bytes) ? shm_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
+                                        : backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
   if (st.ok()) PostReduce(ps, r, output, n);
   return st;
 }
