@@ -26,7 +26,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+# --no-compile: no byte-compiling of every file of torch and TensorFlow at install (20 s of a
+# fresh set-up on a 2-core VM); Python compiles the modules a process imports, once, as usual.
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
 "${PIP[@]}" setuptools wheel "pybind11>=2.12" mpich "mpi4py>=4.0" "numpy>=1.23" "cloudpickle>=2"
 MODE=${1:-}
 if [ "$MODE" = frameworks ] || [ "$MODE" = test ] || [ "$MODE" = bench ]; then

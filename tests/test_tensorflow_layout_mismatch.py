@@ -14,9 +14,10 @@ from mpi_launch import assert_all_ranks_passed, run_workers
 
 pytest.importorskip("tensorflow")
 
-# A request left pending by a failed case would be reported within this long (the worker waits
-# longer than this, all ranks idle, after each case).
-ENV = {"COLLECTIVES_STALL_CHECK_TIME_SECONDS": "3", "LAYOUT_TEST_QUIET_S": "4"}
+# A request left pending by a failed case is reported after the stall check time (3 s). After the
+# mismatch cases every rank waits idle for longer than two check periods, so that a check falls
+# more than one period after the last case (tests/workers/tf_layout_mismatch_worker.py).
+ENV = {"COLLECTIVES_STALL_CHECK_TIME_SECONDS": "3", "LAYOUT_TEST_QUIET_S": "7"}
 
 
 def worker_lines(out_dir, np):

@@ -41,9 +41,7 @@ def emit(rank, line):
 
 
 def report(case, fn, rank):
-    """Runs ``fn``, prints what it raised on one line, then waits with every rank: a request left
-    pending by the failure would show up as a stall warning in the meantime (the test sets the
-    stall check time short and looks for one)."""
+    """Runs ``fn``, prints what it raised on one line, and meets every rank."""
     try:
         fn()
         emit(rank, f"NOERROR {case} {rank}")
@@ -51,6 +49,15 @@ def report(case, fn, rank):
         text = " ".join(str(error).split())
         kinds = ",".join(c.__name__ for c in type(error).__mro__ if c.__module__.startswith(("tensorflow", "collectives")))
         emit(rank, f"CAUGHT {case} {rank} {type(error).__name__} [{kinds}]: {text}")
+    hvd.barrier()
+
+
+def quiet_period():
+    """Every rank waits, idle, for longer than the stall check time (the test sets it short): a
+    request that a failed case left pending -- it would have waited since that case -- shows up
+    as a stall warning by the end of it, which the test looks for. One period after all the
+    mismatch cases rather than one per case: a stall warning names the request, and a period
+    per case cost CI 24 s."""
     hvd.barrier()
     time.sleep(float(os.environ.get("LAYOUT_TEST_QUIET_S", "4")))
     hvd.barrier()
@@ -159,6 +166,7 @@ def main():
         hvd.remove_process_set(subset)
     if MODE == "fallback" and size == 2:
         report("eager-adasum", lambda: tape_gradients(tape_variables(rank, True), op=hvd.Adasum), rank)
+    quiet_period()
 
     # Equal shapes: the same code works, and the check runs once over several steps.
     variables = tape_variables(rank, False, width=7)
