@@ -26,9 +26,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-# --no-compile: no byte-compiling of every file of torch and TensorFlow at install (20 s of a
-# fresh set-up on a 2-core VM); Python compiles the modules a process imports, once, as usual.
-PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
+# Not --no-compile: where PYTHONDONTWRITEBYTECODE is set (as on CI's machines), nothing would ever
+# write the .pyc files, and every process would compile TensorFlow's modules on import again.
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" setuptools wheel "pybind11>=2.12" mpich "mpi4py>=4.0" "numpy>=1.23" "cloudpickle>=2"
 MODE=${1:-}
 if [ "$MODE" = frameworks ] || [ "$MODE" = test ] || [ "$MODE" = bench ]; then
