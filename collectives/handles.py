@@ -98,9 +98,11 @@ _REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/allreduce_now.cc
 def allreduce_now(tensor, name, op, prescale, postscale, inplace):
     """The synchronous allreduce of a numpy array in one engine call (csrc/allreduce_now.cc):
     the output array, or None when the call is not the common case and nothing was submitted
-    (the caller then takes the general path with the same name). Failures raise as in
-    ``run_now``."""
-    engine = basics.engine()
+    (the caller then takes the general path with the same name, which also raises when no
+    engine runs). Failures raise as in ``run_now``."""
+    engine = basics._engine
+    if engine is None:
+        return None
     result = engine.allreduce_now(tensor, name, op, prescale, postscale, inplace)
     if type(result) is not tuple:
         return result

@@ -115,6 +115,10 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
               process_set=global_process_set):
     """Reduce ``tensor`` over the ranks of ``process_set`` (Average by default) and return the result.
     Ranks that called ``join()`` contribute zeros (and still count in the Average)."""
+    if type(tensor) is _ndarray and type(name) is str and name and process_set is global_process_set:
+        result = allreduce_now(tensor, name, op, prescale_factor, postscale_factor, False)
+        if result is not None:  # the latency case (issue 14), in the fewest Python calls
+            return result
     if _on_device(tensor):
         return synchronize(device_ops.allreduce_async(tensor, op, name, prescale_factor, postscale_factor,
                                                       process_set))
@@ -124,6 +128,10 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
 def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce; returns ``tensor``."""
+    if type(tensor) is _ndarray and type(name) is str and name and process_set is global_process_set:
+        result = allreduce_now(tensor, name, op, prescale_factor, postscale_factor, True)
+        if result is not None:  # as allreduce
+            return result
     if _on_device(tensor):
         return synchronize(device_ops.allreduce_async_(tensor, op, name, prescale_factor, postscale_factor,
                                                        process_set))

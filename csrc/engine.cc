@@ -313,10 +313,14 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   const auto now = Clock::now();
   // GPU tensors: find their device and record the producer's stream position, on this
   // (the producer's) thread, before the engine can see them.
-  std::vector<gpu::EventPtr> ready(subs.size());
-  std::vector<int32_t> devices(subs.size(), -1);
+  std::vector<gpu::EventPtr> ready;  // both sized only when some tensor is on a GPU
+  std::vector<int32_t> devices;
   for (size_t k = 0; k < subs.size(); ++k) {
     if (subs[k].request.device == -1) continue;
+    if (devices.empty()) {
+      ready.resize(subs.size());
+      devices.assign(subs.size(), -1);
+    }
     Status st = PrepareDeviceSubmission(subs[k], &ready[k], &devices[k]);
     if (!st.ok()) {
       std::vector<Request> reqs;
@@ -349,10 +353,10 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     AnnounceLocked(std::move(reqs), failure.message, now);
     return failure;
   }
-  std::unordered_set<std::string> batch;
+  std::unordered_set<std::string> batch;  // names of this submission (filled only for several)
   for (const Submission& s : subs) {
     const std::string& name = s.request.name;
-    if (in_flight_.count(name) || !batch.insert(name).second)
+    if (in_flight_.count(name) || (subs.size() > 1 && !batch.insert(name).second))
       return Status::Error(StatusCode::DUPLICATE_NAME,
                            "a collective named '" + name + "' is already in flight; names must be unique until the "
                            "operation completes (submitted: " + JoinNames(subs) + ")");
@@ -363,8 +367,10 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     p.request = std::move(s.request);
     p.input = s.input;
     p.output = s.output;
-    p.gpu_device = devices[k];
-    p.ready = std::move(ready[k]);
+    if (!devices.empty()) {
+      p.gpu_device = devices[k];
+      p.ready = std::move(ready[k]);
+    }
     p.handle = next_handle_++;
     p.enqueued = now;
     in_flight_.insert(p.request.name);

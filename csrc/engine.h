@@ -260,6 +260,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
   std::vector<Pending> incoming_;
+  std::vector<Pending> fresh_;  // a cycle's share of incoming_ (engine_cycle.cc); under cycle_mu_
   // How many of incoming_'s last entries a waiting caller will run the cycle for: the engine
   // thread does not start a cycle for them (it would win the race to the cycle). Zero again once
   // the caller runs the cycle, cannot (Wait), or a cycle takes them.

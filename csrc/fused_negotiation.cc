@@ -9,39 +9,42 @@ namespace collectives {
 namespace {
 
 
-// Integers combine in their unsigned type (wrapping, never undefined), floats as themselves.
+// out[i] = acc[i] op in[i], where acc holds the lower ranks' combination (so every rank combines
+// in rank order, alike); acc may be out. Integers combine in their unsigned type (wrapping, never
+// undefined), floats as themselves.
 template <typename T, typename U>
-void CombineTyped(const void* in, void* inout, int64_t n, ReduceOp op) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
+void CombineTyped(const void* acc_v, const void* in_v, void* out_v, int64_t n, ReduceOp op) {
+  const T* acc = static_cast<const T*>(acc_v);
+  const T* a = static_cast<const T*>(in_v);
+  T* out = static_cast<T*>(out_v);
   switch (op) {
     case ReduceOp::SUM:
     case ReduceOp::AVERAGE:  // divided afterwards (Executor::PostReduce), as on the ordinary path
-      for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(static_cast<U>(b[i]) + static_cast<U>(a[i]));
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(a[i]));
       break;
     case ReduceOp::PRODUCT:
-      for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(static_cast<U>(b[i]) * static_cast<U>(a[i]));
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(acc[i]) * static_cast<U>(a[i]));
       break;
     case ReduceOp::MIN:
-      for (int64_t i = 0; i < n; ++i) b[i] = b[i] < a[i] ? b[i] : a[i];  // MPICH's MPI_MIN order
+      for (int64_t i = 0; i < n; ++i) out[i] = acc[i] < a[i] ? acc[i] : a[i];  // MPICH's MPI_MIN order
       break;
     case ReduceOp::MAX:
-      for (int64_t i = 0; i < n; ++i) b[i] = b[i] > a[i] ? b[i] : a[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = acc[i] > a[i] ? acc[i] : a[i];
       break;
     default:
       break;
   }
 }
 
-void CombinePayload(const void* in, void* inout, DataType dtype, ReduceOp op, int64_t n) {
+void CombinePayload(const void* acc, const void* in, void* out, DataType dtype, ReduceOp op, int64_t n) {
   switch (dtype) {
-    case DataType::UINT8: CombineTyped<uint8_t, uint32_t>(in, inout, n, op); break;
-    case DataType::INT8: CombineTyped<int8_t, uint32_t>(in, inout, n, op); break;
-    case DataType::INT16: CombineTyped<int16_t, uint32_t>(in, inout, n, op); break;
-    case DataType::INT32: CombineTyped<int32_t, uint32_t>(in, inout, n, op); break;
-    case DataType::INT64: CombineTyped<int64_t, uint64_t>(in, inout, n, op); break;
-    case DataType::FLOAT32: CombineTyped<float, float>(in, inout, n, op); break;
-    case DataType::FLOAT64: CombineTyped<double, double>(in, inout, n, op); break;
+    case DataType::UINT8: CombineTyped<uint8_t, uint32_t>(acc, in, out, n, op); break;
+    case DataType::INT8: CombineTyped<int8_t, uint32_t>(acc, in, out, n, op); break;
+    case DataType::INT16: CombineTyped<int16_t, uint32_t>(acc, in, out, n, op); break;
+    case DataType::INT32: CombineTyped<int32_t, uint32_t>(acc, in, out, n, op); break;
+    case DataType::INT64: CombineTyped<int64_t, uint64_t>(acc, in, out, n, op); break;
+    case DataType::FLOAT32: CombineTyped<float, float>(acc, in, out, n, op); break;
+    case DataType::FLOAT64: CombineTyped<double, double>(acc, in, out, n, op); break;
     default: break;  // not Eligible
   }
 }
@@ -81,7 +84,8 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
       inout[1] = 0;  // not every rank carries the same entry: nothing here is used
     } else if (inout[1] != 0) {
       const Payload p = Described(inout[1]);
-      CombinePayload(in + kHeaderWords + bit_words, inout + kHeaderWords + bit_words, p.dtype, p.op, p.count);
+      uint64_t* acc = inout + kHeaderWords + bit_words;
+      CombinePayload(acc, in + kHeaderWords + bit_words, acc, p.dtype, p.op, p.count);
     }
     in += total;
     inout += total;
@@ -123,11 +127,24 @@ void FusedNegotiation::CombineShared() {
     for (int w = kHeaderWords; w < kHeaderWords + bit_words_; ++w) b[w] &= rec[w];
   }
   b[1] = descriptor;
-  if (descriptor == 0) return;
-  const Payload p = Described(descriptor);
-  std::memcpy(result(), first + kHeaderWords + bit_words_, static_cast<size_t>(p.count * DataTypeSize(p.dtype)));
-  for (int r = 1; r < size_; ++r)  // rank order: every rank adds alike
-    CombinePayload(shared_.Record(r) + kHeaderWords + bit_words_, result(), p.dtype, p.op, p.count);
+}
+
+void FusedNegotiation::ReduceInto(void* out) const {
+  const Payload p = Described(buf_[1]);
+  const size_t bytes = static_cast<size_t>(p.count * DataTypeSize(p.dtype));
+  if (!shared_.active()) {  // MPI reduced it into buf_
+    std::memcpy(out, buf_.data() + kHeaderWords + bit_words_, bytes);
+    return;
+  }
+  // Straight from the records, which stay valid until this rank's next exchange: one pass over
+  // the output for two ranks, where copying the result through buf_ took four.
+  const auto payload = [&](int r) { return shared_.Record(r) + kHeaderWords + bit_words_; };
+  if (size_ == 1) {
+    std::memcpy(out, payload(0), bytes);
+    return;
+  }
+  CombinePayload(payload(0), payload(1), out, p.dtype, p.op, p.count);
+  for (int r = 2; r < size_; ++r) CombinePayload(out, payload(r), out, p.dtype, p.op, p.count);
 }
 
 int FusedNegotiation::ClassOf(int64_t bytes) {
@@ -157,7 +174,8 @@ void FusedNegotiation::Resize(uint64_t global_flags) {
 
 int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, const void* payload,
                           int64_t payload_bytes, uint64_t* agreed) {
-  uint64_t* b = buf_.data();
+  // Through shared memory the message is written straight into this rank's record.
+  uint64_t* b = shared_.active() ? static_cast<uint64_t*>(shared_.Outgoing()) : buf_.data();
   const int cls = class_;
   b[0] = static_cast<uint64_t>(bit_words_) | static_cast<uint64_t>(kClassBytes[cls] / 8) << 32;
   b[1] = descriptor;
@@ -165,19 +183,18 @@ int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, co
   if (announced_ >= 1) b[kHeaderWords] &= ~kFlagWantClass1;  // inverted: AND acts as OR
   if (announced_ >= 2) b[kHeaderWords] &= ~kFlagWantClass2;
   announced_ = -1;
-  if (descriptor != 0) std::memcpy(result(), payload, static_cast<size_t>(payload_bytes));
+  if (descriptor != 0) std::memcpy(b + kHeaderWords + bit_words_, payload, static_cast<size_t>(payload_bytes));
   int rc = MPI_SUCCESS;
   failure_.clear();
   if (shared_.active()) {
-    const size_t bytes = static_cast<size_t>(kHeaderWords + bit_words_) * 8 +
-                         (descriptor != 0 ? static_cast<size_t>(payload_bytes) : 0);
-    Status st = shared_.Exchange(b, bytes);
+    Status st = shared_.Exchange();
     if (st.ok()) {
       CombineShared();
     } else {
       failure_ = st.message;
       rc = MPI_ERR_OTHER;
     }
+    b = buf_.data();
   } else {
     rc = AllreduceWaiting(MPI_IN_PLACE, b, 1, types_[cls], op_, comm);  // mpi_wait.h: no busy wait
   }

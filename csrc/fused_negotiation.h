@@ -93,15 +93,17 @@ class FusedNegotiation {
   // the reduced descriptor (0: no agreement).
   int Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, const void* payload, int64_t payload_bytes,
           uint64_t* agreed);
-  // The reduced payload after an agreed Run.
-  void* result() { return buf_.data() + kHeaderWords + bit_words_; }
+  // After an agreed Run, before the next: writes the reduced payload (its descriptor's count of
+  // elements) to `out`, which may be the input the Run carried.
+  void ReduceInto(void* out) const;
 
  private:
   static constexpr int kHeaderWords = 2;  // [layout, descriptor]
   static void Combine(void* in, void* inout, int* len, MPI_Datatype* type);
 
   static int ClassOf(int64_t bytes);
-  // After a shared exchange: the records combined in rank order into buf_, as Combine would.
+  // After a shared exchange: the records' descriptors and bits combined into buf_, as Combine
+  // would; their payloads stay in the records until ReduceInto.
   void CombineShared();
   // After a cycle: the capacity of the next one, from the classes announced everywhere.
   void Resize(uint64_t global_flags);

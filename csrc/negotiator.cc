@@ -207,15 +207,16 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
   std::vector<int> invalid;
   // A request whose name is still pending here (behind this rank's own error submission of
   // that name) waits for it to resolve; earlier held ones go first, keeping submission order.
-  std::vector<Pending> admit;
-  admit.swap(held_);
-  for (Pending& p : fresh) admit.push_back(std::move(p));
-  for (Pending& p : admit) {
+  std::vector<Pending> earlier;
+  earlier.swap(held_);
+  const auto admit = [&](Pending& p) {
     if (pending_.count(p.request.name))
       held_.push_back(std::move(p));
     else
       AdmitLocal(std::move(p), ctx, &invalid);
-  }
+  };
+  for (Pending& p : earlier) admit(p);
+  for (Pending& p : fresh) admit(p);
   // A cached request waiting past the stall-check (or stall-shutdown) time is sent to the
   // coordinator, which knows every rank's submissions: it names the missing ranks, and
   // decides the shutdown.
@@ -235,7 +236,8 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
 
   // Phase 1: flags, ready bits and invalidations in one allreduce.
   const int words = (cache_->capacity() + 63) / 64;
-  std::vector<uint64_t> v(static_cast<size_t>(1 + 2 * words), 0);
+  std::vector<uint64_t>& v = bits_;  // kept: its capacity serves every cycle
+  v.assign(static_cast<size_t>(1 + 2 * words), 0);
   const bool coordinator_due = config_.rank == 0 && coordinator_->StallCheckDue(now);
   uint64_t flags = 0;
   if (shutdown_local) flags |= kFlagShutdown;
@@ -399,10 +401,8 @@ int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<
 
 void Negotiator::FinishFused(const NegotiationContext& ctx, Pending* p, int bit) {
   const Response& r = cache_->Get(bit);
-  const int64_t n = NumElements(r.shape);
-  void* reduced = fused_.result();
-  Executor::PostReduce(ctx.sets.at(0), r, reduced, n);
-  std::memcpy(p->output, reduced, static_cast<size_t>(n * DataTypeSize(r.dtype)));
+  fused_.ReduceInto(p->output);
+  Executor::PostReduce(ctx.sets.at(0), r, p->output, NumElements(r.shape));
   const std::string name = p->request.name;
   ctx.engine.Finish(*p, Result());
   pending_.erase(name);

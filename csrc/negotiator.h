@@ -100,7 +100,8 @@ class Negotiator {
   void Free();
 
   // One negotiation, the same on every rank: this rank's new submissions (`fresh`, in submission
-  // order) join the table, and every rank learns what runs next. `shutdown_local`: this rank asks
+  // order; their entries are moved from, the vector stays the caller's to reuse) join the table,
+  // and every rank learns what runs next. `shutdown_local`: this rank asks
   // to stop. Fails (a Status to log and stop with) when an exchange failed.
   Status Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, Clock::time_point now,
                    const NegotiationContext& ctx, Negotiation* out);
@@ -168,6 +169,7 @@ class Negotiator {
   Clock::time_point negotiated_at_;
   FusedNegotiation fused_;  // small allreduces carried by the negotiation (whole job, size > 1)
   uint64_t fused_done_ = 0, fused_discarded_ = 0;  // for the stage report
+  std::vector<uint64_t> bits_;  // the negotiation's bit vector, reused by every cycle
 };
 
 }  // namespace collectives

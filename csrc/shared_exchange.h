@@ -46,9 +46,12 @@ class SharedExchange {
   bool active() const { return base_ != nullptr; }
   const std::string& blocker() const { return blocker_; }
 
-  // Publishes this rank's record (`bytes` of it) and waits for every rank's record of the same
-  // exchange. Fails (INTERNAL) when a peer exited or the wait was aborted (WaitAborted).
-  Status Exchange(const void* mine, size_t bytes);
+  // Where this rank writes its record of the next exchange (the record's size given at Init at
+  // most): written in place, it needs no copy.
+  void* Outgoing() { return Slot(rank_, exchanges_ + 1); }
+  // Publishes this rank's record (written at Outgoing()) and waits for every rank's record of the
+  // same exchange. Fails (INTERNAL) when a peer exited or the wait was aborted (WaitAborted).
+  Status Exchange();
   // Rank r's record of the last exchange.
   const uint64_t* Record(int rank) const { return reinterpret_cast<const uint64_t*>(Slot(rank, exchanges_)); }
 
