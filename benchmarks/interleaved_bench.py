@@ -114,11 +114,14 @@ def main():
     parser.add_argument("--max-mib", type=int, default=256, help="largest size in MiB (default 256)")
     parser.add_argument("--stages", action="store_true", help="print the engine's stage breakdown at the end")
     parser.add_argument("--small", action="store_true", help="only 8 B and 4 KiB (the latency cases)")
+    parser.add_argument("--sizes", help="comma-separated sizes in bytes (e.g. 2048,8192), instead of the default list")
     args = parser.parse_args()
     sizes = [8, KiB, 4 * KiB, 64 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
     sizes = [s for s in sizes if s <= args.max_mib * MiB]
     if args.small:
         sizes = [8, 4 * KiB]
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",")]
     hvd.init()
     load0 = os.getloadavg()[0]
     rounds, failures = [], []
@@ -136,7 +139,8 @@ def main():
             col = {k: [r[nbytes][k] for r in rounds] for k in ("mpi4py_", "ours_", "mpi4py", "ours")}
             r_in = np.median([a / b for a, b in zip(col["ours_"], col["mpi4py_"])])
             r_out = np.median([a / b for a, b in zip(col["ours"], col["mpi4py"])])
-            label = f"{nbytes} B" if nbytes < KiB else f"{nbytes // KiB} KiB" if nbytes < MiB else f"{nbytes // MiB} MiB"
+            label = (f"{nbytes} B" if nbytes < KiB or nbytes % KiB else f"{nbytes // KiB} KiB" if nbytes < MiB or nbytes % MiB
+                     else f"{nbytes // MiB} MiB")
             print(f"{label:>9} | {fmt(np.median(col['mpi4py_'])):>18} {fmt(np.median(col['ours_'])):>11} "
                   f"{r_in:5.2f}x | {fmt(np.median(col['mpi4py'])):>12} {fmt(np.median(col['ours'])):>11} {r_out:5.2f}x")
         for r, st in enumerate(all_stages):

@@ -62,7 +62,7 @@ bool FusedNegotiation::Eligible(DataType dtype, ReduceOp op, int64_t count) {
   if (op != ReduceOp::SUM && op != ReduceOp::AVERAGE && op != ReduceOp::MIN && op != ReduceOp::MAX &&
       op != ReduceOp::PRODUCT)
     return false;
-  return count > 0 && count * DataTypeSize(dtype) <= kPayloadBytes;
+  return count > 0 && count * DataTypeSize(dtype) <= kSharedPayloadBytes;  // Fits says for this cycle
 }
 
 uint64_t FusedNegotiation::Describe(int bit, DataType dtype, ReduceOp op, int64_t count) {
@@ -95,7 +95,7 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
 Status FusedNegotiation::Init(int bit_words, MPI_Comm comm, int local_size, bool shared) {
   bit_words_ = bit_words;
   MPI_Comm_size(comm, &size_);
-  Status st = shared_.Init(comm, local_size, shared, (kHeaderWords + bit_words + kPayloadBytes / 8) * 8);
+  Status st = shared_.Init(comm, local_size, shared, (kHeaderWords + bit_words + kSharedPayloadBytes / 8) * 8);
   if (!st.ok()) return st;
   transport_ = shared_.active() ? "shared memory" : "MPI";
   buf_.assign(static_cast<size_t>(kHeaderWords + bit_words + kPayloadBytes / 8), 0);

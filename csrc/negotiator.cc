@@ -373,7 +373,7 @@ int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<
   uint64_t descriptor = 0;
   const void* payload = nullptr;
   int64_t bytes = 0;
-  uint64_t scaled[FusedNegotiation::kPayloadBytes / 8];
+  uint64_t scaled[FusedNegotiation::kSharedPayloadBytes / 8];
   if (p) {
     const Request& q = p->request;
     const int64_t n = NumElements(q.shape);

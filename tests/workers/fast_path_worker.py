@@ -5,6 +5,7 @@ rank is ready, when ranks carry different entries, and next to the ordinary path
 Run with COLLECTIVES_LATENCY_STAGES=1: the engine then reports at shutdown how many allreduces
 the negotiation carried and how many it discarded, which tests/test_fast_path.py checks.
 """
+import os
 import time
 
 import numpy as np
@@ -15,7 +16,8 @@ from common import Checker, rank_input
 INT_TYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64]
 FLOAT_TYPES = [np.float32, np.float64]
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
-PAYLOAD_BYTES = 4096  # FusedNegotiation::kPayloadBytes
+# FusedNegotiation::kSharedPayloadBytes through shared memory, kPayloadBytes through MPI.
+PAYLOAD_BYTES = 4096 if os.environ.get("COLLECTIVES_SHM_NEGOTIATION") == "0" else 16384
 
 
 def reference(inputs, op_name, dtype):
