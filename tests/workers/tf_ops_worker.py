@@ -5,18 +5,19 @@ Usage: tf_ops_worker.py FAMILY [FAMILY ...]
 Every rank recomputes every rank's input with ``rank_input`` (small integers, so float16 and
 bfloat16 sums are exact) and checks its own results: values, dtype, shape. Each case runs
 eagerly and inside a ``tf.function`` (the "mode" in its label).
-Families: allreduce, grouped, broadcast, allgather, alltoall, reducescatter, gradients, misc.
+Families: allreduce, grouped, broadcast, allgather, alltoall, reducescatter, gradients, misc;
+their shared helpers (rank state, dtypes, inputs, references, ``check``, ``case``) in tf_ops_common.py.
 """
 import os
 import sys
 import warnings
-import zlib
 
 import numpy as np
 
 import collectives
 
-# Importing collectives must not import TensorFlow (checked as the "imports" case below).
+# Importing collectives must not import TensorFlow (checked as the "imports" case below), so this
+# is looked at before anything that imports it: TensorFlow itself, and tf_ops_common.
 TF_IMPORTED_BY_COLLECTIVES = "tensorflow" in sys.modules or "keras" in sys.modules
 
 import tensorflow as tf  # noqa: E402
@@ -25,114 +26,15 @@ import collectives.tensorflow as hvd  # noqa: E402
 from collectives.adapters.tensorflow import tensors as tft  # noqa: E402
 from collectives.arrays import aligned_empty  # noqa: E402
 from common import BFLOAT16, Checker, rank_input  # noqa: E402
-
-TF_DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64,
-             tf.bool]
-NP_OF = {tf.uint8: np.uint8, tf.int8: np.int8, tf.int16: np.int16, tf.int32: np.int32, tf.int64: np.int64,
-         tf.float16: np.float16, tf.bfloat16: BFLOAT16, tf.float32: np.float32, tf.float64: np.float64,
-         tf.bool: np.bool_}
-NUMERIC = [d for d in TF_DTYPES if d != tf.bool]
-FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
-OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
-MODES = ("eager", "function")
-R = S = chk = None
-
-
-def seed(label):
-    return zlib.crc32(label.encode())
-
-
-def inputs(label, shape, dtype, low=-8, high=8):
-    """Every rank's input as (numpy float64-or-bool references, tf.Tensors)."""
-    arrs = [rank_input(seed(label), r, shape(r) if callable(shape) else shape, NP_OF[dtype], low, high)
-            for r in range(S)]
-    refs = [a if dtype == tf.bool else a.astype(np.float64) for a in arrs]
-    return refs, [tf.constant(a) for a in arrs]
-
-
-def run(mode, fn, *args):
-    """``fn(*args)`` eagerly, or traced into a fresh ``tf.function``."""
-    return fn(*args) if mode == "eager" else tf.function(fn)(*args)
-
-
-def as_ref(t):
-    a = np.asarray(t)
-    return a if a.dtype == np.bool_ else a.astype(np.float64)
-
-
-def check(got, expected, dtype, what="result"):
-    assert isinstance(got, tf.Tensor), f"{what}: expected a tf.Tensor, got {type(got).__name__}"
-    assert got.dtype == dtype, f"{what}: dtype {got.dtype.name} != {dtype.name}"
-    expected = np.asarray(expected)
-    assert tuple(got.shape) == expected.shape, f"{what}: shape {tuple(got.shape)} != {expected.shape}"
-    if dtype == tf.bool:
-        np.testing.assert_array_equal(np.asarray(got), expected.astype(bool), err_msg=what)
-    elif dtype in (tf.float16, tf.bfloat16):
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-2, atol=1e-2, err_msg=what)
-    elif dtype.is_floating:
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-6, atol=1e-6, err_msg=what)
-    else:
-        np.testing.assert_array_equal(as_ref(got), expected, err_msg=what)
-
-
-def ref_reduce(refs, dtype, op, pre=1.0, post=1.0):
-    if dtype == tf.bool:
-        st = np.stack(refs)
-        return st.all(0) if op == hvd.Min else st.any(0)
-    is_int = not dtype.is_floating
-    st = np.stack(refs) * pre
-    if is_int and pre != 1.0:
-        st = np.trunc(st)
-    r = {hvd.Sum: st.sum, hvd.Average: st.sum, hvd.Min: st.min, hvd.Max: st.max, hvd.Product: st.prod}[op](0)
-    if op == hvd.Average:
-        r = np.trunc(r / S) if is_int else r / S
-    r = r * post
-    return np.trunc(r) if is_int else r
-
-
-def expect_raises(exc, fn, match=None):
-    try:
-        fn()
-    except exc as e:
-        assert match is None or match in str(e), f"message {str(e)!r} lacks {match!r}"
-        return e
-    raise AssertionError(f"expected {exc.__name__}")
-
-
-def case(label):
-    def register(fn):
-        chk.check(label, fn)
-        return fn
-    return register
-
-
-def rs_rows(dim0, r):
-    return dim0 // S + (1 if r < dim0 % S else 0)
-
-
-def rs_start(dim0, r):
-    return sum(rs_rows(dim0, i) for i in range(r))
-
-
-def a2a_splits(label, r):
-    rng = np.random.default_rng([seed(label), 1000 + r])
-    return [int(v) for v in rng.integers(0, 3, size=S)]
-
-
-def a2a_reference(label, refs, r):
-    """What rank r receives: block r of every rank's input, in rank order, and the counts."""
-    blocks, counts = [], []
-    for q in range(S):
-        sp = a2a_splits(label, q)
-        start = sum(sp[:r])
-        blocks.append(refs[q][start:start + sp[r]])
-        counts.append(sp[r])
-    return np.concatenate(blocks), counts
+from tf_ops_common import (FLOATS, MODES, NP_OF, NUMERIC, OPS, TF_DTYPES, a2a_reference,  # noqa: E402
+                           a2a_splits, case, check, ctx, expect_raises, inputs, ref_reduce, rs_rows, rs_start,
+                           run, seed)
 
 
 # ---------------------------------------------------------------- forward families
 
 def fam_allreduce():
+    R, S = ctx.R, ctx.S
     for dt in TF_DTYPES:
         ops = ["Min", "Max"] if dt == tf.bool else list(OPS)
         for mode in MODES:
@@ -196,6 +98,7 @@ def fam_allreduce():
 
 
 def fam_grouped():
+    R = ctx.R
     dts = [tf.float32, tf.int64, tf.bfloat16, tf.float16, tf.uint8]
     for mode in MODES:
         label = f"grouped_allreduce {mode}"
@@ -216,6 +119,7 @@ def fam_grouped():
 
 
 def fam_broadcast():
+    R, S = ctx.R, ctx.S
     for dt in TF_DTYPES:
         label = f"broadcast {dt.name}"
 
@@ -248,6 +152,7 @@ def fam_broadcast():
 
 
 def fam_allgather():
+    R = ctx.R
     for dt in TF_DTYPES:
         label = f"allgather {dt.name}"
 
@@ -266,6 +171,7 @@ def fam_allgather():
 
 
 def fam_alltoall():
+    R, S = ctx.R, ctx.S
     for dt in TF_DTYPES:
         label = f"alltoall {dt.name}"
 
@@ -285,6 +191,7 @@ def fam_alltoall():
 
 
 def fam_reducescatter():
+    R, S = ctx.R, ctx.S
     for dt in NUMERIC:
         label = f"reducescatter {dt.name}"
 
@@ -319,6 +226,7 @@ def grad_of(mode, forward, x, w):
 
 
 def fam_gradients():
+    R, S = ctx.R, ctx.S
     for dt in FLOATS:
         for mode in MODES:
             tag = f"{dt.name} {mode}"
@@ -433,6 +341,7 @@ CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "Learn
 
 
 def fam_misc():
+    R, S = ctx.R, ctx.S
     @case("imports: collectives alone imports no framework; the faces have Horovod's names")
     def _():
         assert not TF_IMPORTED_BY_COLLECTIVES
@@ -546,14 +455,13 @@ FAMILIES = {"allreduce": fam_allreduce, "grouped": fam_grouped, "broadcast": fam
 
 
 def main():
-    global R, S, chk
     hvd.init()
-    R, S = hvd.rank(), hvd.size()
-    chk = Checker(R)
+    ctx.R, ctx.S = hvd.rank(), hvd.size()
+    ctx.chk = Checker(ctx.R)
     for fam in sys.argv[1:]:
         FAMILIES[fam]()
     hvd.shutdown()
-    chk.finish()
+    ctx.chk.finish()
 
 
 if __name__ == "__main__":
