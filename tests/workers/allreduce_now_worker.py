@@ -1,7 +1,9 @@
 """The synchronous allreduce's one-call path (engine.allreduce_now, csrc/allreduce_now.cc;
 collectives/handles.py). Results against numpy references from every rank's inputs; the calls it
 must leave to the general path (it returns None and submits nothing, so the same name then works
-there); outputs as the general path makes them; and errors through it on every rank.
+there); outputs as the general path makes them; the top-level verbs' argument forms (positional,
+keyword, defaults, malformed calls, torch tensors through the same verbs); and errors through it on
+every rank.
 """
 import numpy as np
 
@@ -99,6 +101,39 @@ def main():
         np.testing.assert_allclose(got, np.stack(xs).sum(axis=0) * 2.0, rtol=1e-6)
         got[:] = 0  # ours to write
     check.check("a large output is aligned and writable", large_output)
+
+    # 2b. The top-level verbs' dispatch spells out its parameters (collectives/dispatch.py): every
+    #     form of call reaches the verb with the same meaning, and framework tensors still go to
+    #     their adapter with the arguments given.
+    def argument_forms():
+        xs = all_inputs(40, (6,), np.float64)
+        total = np.stack(xs).sum(axis=0)
+        np.testing.assert_allclose(hvd.allreduce(xs[me], name="now.args.default"), total / n, rtol=1e-12)  # Average
+        np.testing.assert_array_equal(hvd.allreduce(xs[me], hvd.Sum, "now.args.positional", 0.5, 4.0), 2 * total)
+        np.testing.assert_array_equal(hvd.allreduce(xs[me], postscale_factor=3.0, op=hvd.Sum, name="now.args.kw",
+                                                    process_set=hvd.global_process_set), 3 * total)
+        np.testing.assert_array_equal(hvd.allreduce(xs[me], hvd.Sum, prescale_factor=2.0), 2 * total)  # a generated name
+        buf = xs[me].copy()
+        assert hvd.allreduce_(buf, hvd.Min, "now.args.inplace") is buf
+        np.testing.assert_array_equal(buf, np.stack(xs).min(axis=0))
+        for bad in (lambda: hvd.allreduce(xs[me], bogus=1), lambda: hvd.allreduce(xs[me], hvd.Sum, "a", 1.0, 1.0, None, 7),
+                    lambda: hvd.allreduce_()):
+            try:  # refused before anything is submitted, alike on every rank
+                bad()
+            except TypeError:
+                pass
+            else:
+                raise AssertionError("a malformed call was accepted")
+        if n == 2:  # torch costs each rank seconds to import: once per run of the test
+            import torch
+
+            t = torch.tensor(xs[me])
+            got = hvd.allreduce(t, op=hvd.Sum, postscale_factor=2.0, name="now.args.torch")
+            assert isinstance(got, torch.Tensor), type(got)
+            np.testing.assert_array_equal(got.numpy(), 2 * total)
+            assert hvd.allreduce_(t, name="now.args.torch.inplace") is t  # the adapter's default: Average
+            np.testing.assert_allclose(t.numpy(), total / n, rtol=1e-12)
+    check.check("the verbs' argument forms", argument_forms)
 
     # 3. Errors through it arrive on every rank.
     def errors():
