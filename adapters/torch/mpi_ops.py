@@ -23,6 +23,7 @@ from .functions import (
     GroupedAllreduceFn,
     GroupedReducescatterFn,
     ReducescatterFn,
+    needs_graph,
 )
 from .tensors import poll, synchronize  # noqa: F401 - re-exported
 
@@ -55,7 +56,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
+    if needs_graph((compressed,)):
+        reduced = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
+    else:  # AllreduceFn's forward, without autograd's cost (functions.needs_graph)
+        reduced = raw.allreduce(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -88,8 +92,11 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     pairs = [compression.compress(t) for t in tensors]
-    reduced = GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor, process_set,
-                                       *[t for t, _ in pairs])
+    compressed = [t for t, _ in pairs]
+    if needs_graph(compressed):
+        reduced = GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor, process_set, *compressed)
+    else:  # GroupedAllreduceFn's forward (functions.needs_graph)
+        reduced = raw.grouped_allreduce(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, pairs)]
 
 
@@ -124,7 +131,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along the first dimension (which may differ); differentiable."""
     check_process_set(process_set)
-    return AllgatherFn.apply(tensor, name, process_set)
+    if needs_graph((tensor,)):
+        return AllgatherFn.apply(tensor, name, process_set)
+    return raw.allgather(tensor, name, process_set)  # AllgatherFn's forward (functions.needs_graph)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):

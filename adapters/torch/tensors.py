@@ -93,6 +93,10 @@ def to_numpy(tensor, what="collective"):
 def from_numpy(array):
     """A torch tensor sharing ``array``'s memory (bfloat16 for ml_dtypes.bfloat16 arrays).
     Torch tensors (results of the GPU path) pass through."""
+    # The common case first: `dtype.name` below is computed in Python by numpy (about 5 of this
+    # function's 9 us on the 2-core VM).
+    if type(array) is np.ndarray and array.dtype in _SUPPORTED_NUMPY and array.flags.writeable:
+        return torch.from_numpy(array)
     if isinstance(array, torch.Tensor):
         return array
     array = np.asarray(array)
