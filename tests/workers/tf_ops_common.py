@@ -2,21 +2,21 @@
 numpy references, the result check and the ``case`` decorator.
 
 ``ctx.R``, ``ctx.S`` (this rank and the number of ranks) and ``ctx.chk`` (the Checker) are set by
-tf_ops_worker.py's main() after init(); they live here rather than in the worker because the
-worker runs as ``__main__``, and importing it by name would load a second copy whose state was
-never set. Helpers read them at call time; each family binds ``R, S = ctx.R, ctx.S`` on entry.
+tf_ops_worker.py's main() after init(). ``ctx`` and the framework-free helpers ``seed``, ``case`` and
+``rs_rows`` are ops_util.py's (the numpy ops worker's), imported here: the state lives in a module
+rather than in the worker because the worker runs as ``__main__``, and importing it by name would
+load a second copy whose state was never set. Helpers read it at call time; each family binds
+``R, S = ctx.R, ctx.S`` on entry.
 
 Importing this module imports TensorFlow, so the worker imports it only after checking that
 importing collectives did not.
 """
-import types
-import zlib
-
 import numpy as np
 import tensorflow as tf
 
 import collectives.tensorflow as hvd
 from common import BFLOAT16, rank_input
+from ops_util import case, ctx, rs_rows, seed  # noqa: F401 - re-exported to the worker
 
 TF_DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64,
              tf.bool]
@@ -27,12 +27,6 @@ NUMERIC = [d for d in TF_DTYPES if d != tf.bool]
 FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 MODES = ("eager", "function")
-
-ctx = types.SimpleNamespace(R=None, S=None, chk=None)  # set by tf_ops_worker.py after init()
-
-
-def seed(label):
-    return zlib.crc32(label.encode())
 
 
 def inputs(label, shape, dtype, low=-8, high=8):
@@ -90,17 +84,6 @@ def expect_raises(exc, fn, match=None):
         assert match is None or match in str(e), f"message {str(e)!r} lacks {match!r}"
         return e
     raise AssertionError(f"expected {exc.__name__}")
-
-
-def case(label):
-    def register(fn):
-        ctx.chk.check(label, fn)
-        return fn
-    return register
-
-
-def rs_rows(dim0, r):
-    return dim0 // ctx.S + (1 if r < dim0 % ctx.S else 0)
 
 
 def rs_start(dim0, r):
