@@ -70,8 +70,11 @@ def _allreduce_start(tensor, op, name, prescale_factor, postscale_factor, proces
     synchronous verbs' shortcut). The common call skips the general argument handling: a
     synchronous one goes to the engine in one call (handles.allreduce_now), an asynchronous one
     builds its submission with type tests (collectives/allreduce_fast.py)."""
+    # allreduce and allreduce_ tried the one engine call already for a name given as text: here
+    # only a generated name's call is left to try it (a declined call would be declined again).
+    tried = type(name) is str and name != ""
     name = _name(name, "allreduce", process_set)
-    if wait and type(tensor) is _ndarray and process_set is global_process_set:
+    if wait and not tried and type(tensor) is _ndarray and process_set is global_process_set:
         result = allreduce_now(tensor, name, op, prescale_factor, postscale_factor, inplace)
         if result is not None:
             return result
