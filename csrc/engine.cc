@@ -1,6 +1,8 @@
 // Engine lifecycle, the submission queue and handles.
 #include "engine.h"
 
+#include "abandoned_exit.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +51,7 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
       // alive for good. Should Setup still complete, ThreadMain only stops the late ranks.
       abandoned_ = true;
       any_abandoned_ = true;
+      EndProcessWithoutTeardownAtExit();
       std::ostringstream os;
       os << "init() timed out after " << config_.init_timeout_s << " s: not every rank reached init() (this rank "
          << "waited in " << setup_step_.load() << ", which needs every rank of the communicator); set "

@@ -2,6 +2,8 @@
 // report can name them, and what a backend call that never returns does to this process.
 #include "engine.h"
 
+#include "abandoned_exit.h"
+
 namespace collectives {
 namespace {
 
@@ -32,6 +34,7 @@ void Engine::OnBackendStall(const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     abandoned_ = true;
     any_abandoned_ = true;
+    EndProcessWithoutTeardownAtExit();
     stopped_status_ = st;
     stop_info_.stopped = true;
     stop_info_.restartable = false;

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from hang_report import native_stacks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
 
@@ -48,10 +50,12 @@ def run_workers(np, script, *args, timeout=120, env=None, expect_success=True):
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = native_stacks(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(f"{script} on {np} ranks timed out after {timeout} s (killed)\n"
-                             f"--- stdout ---\n{out}\n--- stderr ---\n{err}")
+                             f"--- stdout ---\n{out}\n--- stderr ---\n{err}\n"
+                             f"--- stacks at the timeout ---\n{stacks}")
     run = Run(proc.returncode, out, err)
     if expect_success and run.returncode != 0:
         raise AssertionError(f"{script} on {np} ranks failed: {run.describe()}")

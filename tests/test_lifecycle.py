@@ -144,6 +144,20 @@ def test_first_init_with_a_rank_absent_times_out(tmp_path):
     assert time.monotonic() - start < 60, run.describe()
 
 
+def test_a_process_with_an_abandoned_engine_exits_with_its_own_status(tmp_path):
+    """Rank 0's engine thread is left inside MPI by an init() timeout; the process then exits
+    with sys.exit(7): the exit status is 7, its atexit handler ran, its buffered output arrived,
+    and the exit does not wait on the thread (it once hung in the libraries' teardown)."""
+    env = dict(RESTART_ENV, COLLECTIVES_INIT_TIMEOUT_SECONDS="2")
+    start = time.monotonic()
+    run = run_workers(2, "restart_worker.py", "abandoned_exit", tmp_path, timeout=120, env=env,
+                      expect_success=False)
+    assert run.returncode == 7, run.describe()
+    assert (tmp_path / "atexit_ran").exists(), run.describe()
+    assert "rank 0: last line, still in the buffer at exit" in run.stdout, run.describe()
+    assert time.monotonic() - start < 60, run.describe()
+
+
 def test_a_rank_arriving_after_the_init_timeout_is_stopped_at_once(tmp_path):
     """Rank 1 calls init() 5 s late, after rank 0's init() timed out (2 s): rank 0's engine,
     left behind inside MPI, completes its setup with rank 1 and stops rank 1's engine, whose

@@ -14,6 +14,11 @@
   restart_worker.py absent_rank DIR
         rank 1 never calls init(). Rank 0's first init() raises StallTimeoutError after the
         init timeout (2 s) naming MPI_Init_thread, and the process still exits with status 0.
+  restart_worker.py abandoned_exit DIR
+        as absent_rank, then rank 0 (its engine thread left inside MPI) ends with sys.exit(7)
+        after registering an atexit handler and writing a line to a buffered stdout: the process
+        exits with status 7 (not hanging in the libraries' teardown), the handler ran and the
+        line arrived.
   restart_worker.py late_rank DIR
         rank 1 calls init() 5 s late. Rank 0's init() raises StallTimeoutError after 2 s; when
         rank 1 arrives, rank 0's left-behind engine stops rank 1's at once: rank 1's init()
@@ -155,6 +160,30 @@ def absent_rank(chk, directory):
         open(done, "w").close()
 
 
+ABANDONED_EXIT_STATUS = 7
+
+
+def abandoned_exit(directory):
+    """Rank 0's init() times out (rank 1 never calls it), then the process exits with a status
+    of its own; rank 1 leaves once rank 0's atexit handler has run."""
+    import atexit
+
+    marker = os.path.join(directory, "atexit_ran")
+    if os.environ.get("PMI_RANK") == "1":
+        wait_until(lambda: os.path.exists(marker), 90, "rank 0's atexit handler")
+        return
+    try:
+        hvd.init()
+    except hvd.StallTimeoutError as e:
+        log(f"init() raised: {e}")
+    else:
+        raise AssertionError("init() succeeded although rank 1 never called it")
+    atexit.register(lambda: open(marker, "w").close())
+    sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)  # buffered
+    print("rank 0: last line, still in the buffer at exit")
+    sys.exit(ABANDONED_EXIT_STATUS)
+
+
 def late_rank(chk, directory):
     done = os.path.join(directory, "done")
     if os.environ.get("PMI_RANK") == "1":
@@ -191,6 +220,9 @@ def late_rank(chk, directory):
 def main():
     mode = sys.argv[1]
     chk = Checker(int(os.environ.get("PMI_RANK", "0")))
+    if mode == "abandoned_exit":
+        abandoned_exit(sys.argv[2])
+        return
     if mode in ("absent_rank", "late_rank"):
         (absent_rank if mode == "absent_rank" else late_rank)(chk, sys.argv[2])
         chk.finish()
