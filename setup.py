@@ -136,7 +136,7 @@ class BuildEngine(build_ext):
 
 
 SOURCES = [
-    "abandoned_exit.cc",
+    "process_exit.cc",
     "adasum.cc",
     "allreduce_now.cc",
     "autotune.cc",

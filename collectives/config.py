@@ -99,6 +99,13 @@ KNOBS = {
                            "init() raises StallTimeoutError when not every rank has reached init() within "
                            "this many seconds (collectives then stays stopped in the process); 0: wait "
                            "forever."),
+    # 30 minutes, as the stall shutdown: MPICH's MPI_Finalize waits for every rank to finalize,
+    # and a rank that never will (its engine thread was left inside MPI) would leave the others
+    # waiting at exit if the launcher did not end them. Long, because giving up makes the
+    # launcher end the ranks still running (a rank saving a checkpoint while the others exit).
+    "finalize_timeout_s": Knob("FINALIZE_TIMEOUT_SECONDS", _non_negative_float, 1800.0,
+                               "At exit, a rank waits at most this long in MPI_Finalize for the other ranks "
+                               "to finalize, then ends without it (saying so on stderr); 0: wait forever."),
     "framework_threads": Knob("FRAMEWORK_THREADS", _threads, None,
                               "Threads of torch's and TensorFlow's pools per rank: auto (cores / ranks on "
                               "the machine, unless OMP_NUM_THREADS or TF_NUM_INTRAOP_THREADS is set), N, or 0 "
@@ -206,7 +213,8 @@ def engine_config(values, environ=None):
     """The subset the C++ engine takes (``environ``: where ``values`` were read, for the knobs
     autotuning must leave alone)."""
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
-            "stall_check_s", "stall_shutdown_s", "init_timeout_s", "buffer_pool_bytes", "hierarchical_allreduce",
+            "stall_check_s", "stall_shutdown_s", "init_timeout_s", "finalize_timeout_s", "buffer_pool_bytes",
+            "hierarchical_allreduce",
             "hierarchical_allgather", "shm_allreduce", "cma_allreduce", "shm_negotiation", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
             "autotune_steps_per_sample", "autotune_bayes_opt_max_samples")
     result = {k: values[k] for k in keys}

@@ -14,6 +14,7 @@
 #include "layout_check.h"
 #include "local_reduce.h"
 #include "log.h"
+#include "process_exit.h"
 #include "process_id.h"
 #include "python_gil.h"
 #include "tensorflow_kernels.h"
@@ -35,6 +36,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("stall_check_s")) c.stall_check_s = d["stall_check_s"].cast<double>();
   if (d.contains("stall_shutdown_s")) c.stall_shutdown_s = d["stall_shutdown_s"].cast<double>();
   if (d.contains("init_timeout_s")) c.init_timeout_s = d["init_timeout_s"].cast<double>();
+  if (d.contains("finalize_timeout_s")) c.finalize_timeout_s = d["finalize_timeout_s"].cast<double>();
   if (d.contains("buffer_pool_bytes")) c.buffer_pool_bytes = d["buffer_pool_bytes"].cast<int64_t>();
   if (d.contains("hierarchical_allreduce")) c.hierarchical_allreduce = d["hierarchical_allreduce"].cast<bool>();
   if (d.contains("hierarchical_allgather")) c.hierarchical_allgather = d["hierarchical_allgather"].cast<bool>();
@@ -164,10 +166,7 @@ std::string ForkedChildMessage(int parent_pid) {
 // Py_AtExit: runs after the interpreter finalized (after mpi4py's own exit code would, which
 // basics.py turns off when the engine initializes MPI).
 void FinalizeMpiAtExit() {
-  if (!Engine::ShouldFinalizeMpi()) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (Engine::ShouldFinalizeMpi()) FinalizeMpiWithinTimeout();
 }
 
 std::string MpiLibraryVersion() {

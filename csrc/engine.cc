@@ -1,7 +1,7 @@
 // Engine lifecycle, the submission queue and handles.
 #include "engine.h"
 
-#include "abandoned_exit.h"
+#include "process_exit.h"
 
 #include <unistd.h>
 
@@ -38,6 +38,7 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
   if (thread_.joinable() || abandoned_) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
   owner_pid_ = CurrentPid();
+  SetFinalizeTimeout(config_.finalize_timeout_s);
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
   thread_ = std::thread(&Engine::ThreadMain, this, comm, std::move(started));

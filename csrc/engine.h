@@ -60,6 +60,7 @@ struct EngineConfig {
   double stall_check_s = 60.0;
   double stall_shutdown_s = 1800.0;  // collectives/config.py's default
   double init_timeout_s = 300.0;     // Start gives up when not every rank arrives; 0: never
+  double finalize_timeout_s = 1800.0;  // MPI_Finalize at exit gives up after this (process_exit.h); 0: never
   int64_t buffer_pool_bytes = 32LL * 1024 * 1024;  // idle host buffers kept for reuse (buffer_pool.h)
   bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
   bool hierarchical_allgather = false;

@@ -2,7 +2,7 @@
 // report can name them, and what a backend call that never returns does to this process.
 #include "engine.h"
 
-#include "abandoned_exit.h"
+#include "process_exit.h"
 
 namespace collectives {
 namespace {

@@ -11,48 +11,61 @@ import subprocess
 MAX_CHARS_PER_PROCESS = 6000
 
 
-def _parents():
-    """{pid: parent pid} of every process now running."""
-    parents = {}
+def _stats():
+    """{pid: (state, parent pid, command name)} of every process now in /proc (zombies too)."""
+    stats = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 # The command name is parenthesized and may hold spaces: fields follow its ')'.
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                head, tail = f.read().rsplit(")", 1)
+            fields = tail.split()
+            stats[int(entry)] = (fields[0], int(fields[1]), head.split("(", 1)[1])
         except (OSError, IndexError, ValueError):
             continue  # the process ended meanwhile
-    return parents
+    return stats
 
 
-def python_descendants(root):
-    """(pid, command line) of each Python process below ``root`` (mpirun's proxies start the
-    ranks in sessions of their own, so the process group would miss them)."""
-    parents = _parents()
+def descendants(root):
+    """(pid, state, command line) of each process below ``root``, zombies included (mpirun's
+    proxies start the ranks in sessions of their own, so the process group would miss them)."""
+    stats = _stats()
     below, frontier = set(), {root}
     while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
+        frontier = {pid for pid, (_, parent, _) in stats.items() if parent in frontier} - below
         below |= frontier
     found = []
     for pid in sorted(below):
         try:
-            if "python" not in os.path.basename(os.readlink(f"/proc/{pid}/exe")):
-                continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                found.append((pid, f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
-            continue
+            cmdline = ""
+        found.append((pid, stats[pid][0], cmdline or f"[{stats[pid][2]}]"))
     return found
 
 
+def _is_python(pid):
+    try:
+        return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False  # a zombie, or gone
+
+
 def native_stacks(root, timeout_s=30):
-    """The threads' stacks of each Python process below ``root``, as text."""
+    """The processes below ``root`` (pid, state, command line) and the threads' stacks of each
+    Python process among them, as text."""
+    below = descendants(root)
+    parts = ["processes below mpirun (pid state command):"]
+    parts += [f"  {pid} {state} {cmdline[:200]}" for pid, state, cmdline in below]
     gdb = shutil.which("gdb")
     if gdb is None:
-        return "(no gdb here: no stacks)"
-    parts = []
-    for pid, cmdline in python_descendants(root):
+        return "\n".join(parts + ["(no gdb here: no stacks)"])
+    for pid, _, cmdline in below:
+        if not _is_python(pid):
+            continue
         try:
             out = subprocess.run([gdb, "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
                                  capture_output=True, text=True, timeout=timeout_s).stdout

@@ -20,6 +20,7 @@ SAMPLES = {
     "stall_check_disable": ("STALL_CHECK_DISABLE", "true", True, "0", False),
     "stall_shutdown_s": ("STALL_SHUTDOWN_TIME_SECONDS", "9", 9.0, "4", 4.0),
     "init_timeout_s": ("INIT_TIMEOUT_SECONDS", "120", 120.0, "0", 0.0),
+    "finalize_timeout_s": ("FINALIZE_TIMEOUT_SECONDS", "600", 600.0, "0", 0.0),
     "log_level": ("LOG_LEVEL", "debug", "debug", "error", "error"),
     "framework_threads": ("FRAMEWORK_THREADS", "3", 3, "auto", None),
     "buffer_pool_bytes": ("BUFFER_POOL_BYTES", "8388608", 8388608, "0", 0),

@@ -105,6 +105,7 @@ def test_torch_dataloader_workers_in_an_initialized_process():
 RESTART_ENV = {
     "COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "",
     "COLLECTIVES_INIT_TIMEOUT_SECONDS": "", "HOROVOD_INIT_TIMEOUT_SECONDS": "",
+    "COLLECTIVES_FINALIZE_TIMEOUT_SECONDS": "", "HOROVOD_FINALIZE_TIMEOUT_SECONDS": "",
 }
 
 
@@ -128,9 +129,29 @@ def test_init_waiting_for_a_rank_times_out(tmp_path):
     """Rank 1 shut down and never calls init() again: rank 0's init() raises StallTimeoutError
     after COLLECTIVES_INIT_TIMEOUT_SECONDS naming MPI_Comm_dup, later init() calls raise
     ShutdownError at once, and both processes exit with status 0 (HOROVOD_ twin of the knob)."""
-    env = dict(RESTART_ENV, HOROVOD_INIT_TIMEOUT_SECONDS="2")
+    # Rank 0 exits without finalizing MPI (its engine thread is inside MPI_Comm_dup), rank 1's
+    # MPI_Finalize waits for it; mpirun normally ends rank 1 when rank 0 exits, but once (in CI)
+    # did not: the finalize timeout bounds that wait (test_mpi_finalize_at_exit_is_bounded).
+    env = dict(RESTART_ENV, HOROVOD_INIT_TIMEOUT_SECONDS="2", COLLECTIVES_FINALIZE_TIMEOUT_SECONDS="20")
     run = run_workers(2, "restart_worker.py", "peer_shutdown", tmp_path, timeout=120, env=env)
     assert_all_ranks_passed(run, 2)
+    if "MPI_Finalize did not return" in run.stderr:
+        print("rank 1's MPI_Finalize gave up after 20 s: mpirun did not end it when rank 0 exited")
+
+
+def test_mpi_finalize_at_exit_is_bounded():
+    """Rank 1 exits (status 5) while rank 0 stays alive without finalizing MPI: rank 1's
+    MPI_Finalize, which waits for every rank, gives up after COLLECTIVES_FINALIZE_TIMEOUT_SECONDS
+    (3 s) with a line on stderr, and the process still ends with its own status; mpirun then ends
+    rank 0, long before its 60 s sleep would."""
+    env = dict(RESTART_ENV, COLLECTIVES_FINALIZE_TIMEOUT_SECONDS="3")
+    start = time.monotonic()
+    run = run_workers(2, "restart_worker.py", "finalize_bound", timeout=120, env=env, expect_success=False)
+    elapsed = time.monotonic() - start
+    assert run.returncode == 5, run.describe()
+    assert "[rank 1] exiting" in run.stdout and "[rank 0] staying without finalizing" in run.stdout, run.describe()
+    assert run.stderr.count("collectives: MPI_Finalize did not return within 3 s") == 1, run.describe()
+    assert elapsed < 40, f"{elapsed:.1f} s\n{run.describe()}"
 
 
 def test_first_init_with_a_rank_absent_times_out(tmp_path):

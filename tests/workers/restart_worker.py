@@ -19,6 +19,10 @@
         after registering an atexit handler and writing a line to a buffered stdout: the process
         exits with status 7 (not hanging in the libraries' teardown), the handler ran and the
         line arrived.
+  restart_worker.py finalize_bound
+        rank 0 stays alive without finalizing MPI (it sleeps 60 s once rank 1 has gone); rank 1
+        exits with status 5 and COLLECTIVES_FINALIZE_TIMEOUT_SECONDS=3: its MPI_Finalize gives up
+        after 3 s, saying so, and the job ends long before rank 0's sleep would.
   restart_worker.py late_rank DIR
         rank 1 calls init() 5 s late. Rank 0's init() raises StallTimeoutError after 2 s; when
         rank 1 arrives, rank 0's left-behind engine stops rank 1's at once: rank 1's init()
@@ -184,6 +188,21 @@ def abandoned_exit(directory):
     sys.exit(ABANDONED_EXIT_STATUS)
 
 
+FINALIZE_BOUND_STATUS = 5
+
+
+def finalize_bound():
+    hvd.init()
+    sum_allreduce("bound.before")
+    if hvd.rank() == 1:
+        print("[rank 1] exiting", flush=True)
+        sys.exit(FINALIZE_BOUND_STATUS)  # atexit: shutdown, then MPI_Finalize, which waits for rank 0
+    wait_until(lambda: not hvd.is_initialized(), 60, "rank 1's exit stops the engine")
+    print("[rank 0] staying without finalizing", flush=True)
+    time.sleep(60)
+    os._exit(0)
+
+
 def late_rank(chk, directory):
     done = os.path.join(directory, "done")
     if os.environ.get("PMI_RANK") == "1":
@@ -220,6 +239,9 @@ def late_rank(chk, directory):
 def main():
     mode = sys.argv[1]
     chk = Checker(int(os.environ.get("PMI_RANK", "0")))
+    if mode == "finalize_bound":
+        finalize_bound()
+        return
     if mode == "abandoned_exit":
         abandoned_exit(sys.argv[2])
         return
