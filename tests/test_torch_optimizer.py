@@ -23,7 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 120  # seconds per launch; each takes ~3-6 s on an idle 2-core machine
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+# Three ranks only (two ran too until CI neared its 25 minutes): process sets and join need a
+# third rank to mean much, and DistributedOptimizer on two ranks trains in the MNIST example
+# below, test_torch_synthetic_benchmark.py, test_unified.py and test_multihost.py.
+@pytest.mark.parametrize("np_", [3])
 def test_torch_optimizer(np_):
     run = run_workers(np_, "torch_optim_worker.py", "train", "overlap", "edge", "broadcast", "join", "sets",
                       timeout=TIMEOUT, env={"COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "30"})
