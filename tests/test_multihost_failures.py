@@ -6,14 +6,15 @@ A job of 4 ranks on hosta:2, hostb:1, hostc:1 trains under ``collectivesrun
 blocked in synchronize(), or a torch DistributedOptimizer whose step() synchronizes), and a
 fault strikes once every rank has made progress:
 
-  * hostb's link is cut: every rank that can still print (0, 1, 3) raises StallTimeoutError
+  * hostb's link is cut (torch): every rank that can still print (0, 1, 3) raises StallTimeoutError
     naming the call and its peers with their hosts, 10 s (and less than 15 s) after the cut;
     collectivesrun ends the job with one last line naming hostb and rank 2, exit status 75,
     within 60 s of the cut; nothing of the job is left on any host (hostb's rank ends by its own
     watchdog, unseen);
-  * hostc crashes (everything on it killed): collectivesrun exits within 10 s, its one last line
+  * hostc crashes (everything on it killed; numpy): collectivesrun exits within 10 s, its one last line
     naming hostc and rank 3; nothing is left on any host;
-  * hostc loses power (link cut first, then killed): as a cut link, naming hostc and rank 3.
+  * hostc loses power (link cut first, then killed; numpy): as a cut link, naming hostc and
+    rank 3.
 
 Needs root and network namespaces (CI has both); elsewhere every test here skips, saying why.
 Every launch has a hard timeout after which every process on every host is killed.
@@ -158,7 +159,9 @@ def assert_reported_by_survivors(job, fault_at, mode, survivors, lost_rank):
         assert re.search(rf"\[collectives FATAL rank {r}\] {re.escape(head)}", job.text("err")), job.describe()
 
 
-@pytest.mark.parametrize("mode", ["sync", "torch"])
+# torch only: test_a_powered_off_host_is_named is the same report through numpy's synchronize()
+# (its link is cut too), and CI has 25 minutes.
+@pytest.mark.parametrize("mode", ["torch"])
 def test_a_cut_link_ends_the_job(sim, mode):
     if mode == "torch":
         pytest.importorskip("torch")
@@ -178,7 +181,8 @@ def test_a_cut_link_ends_the_job(sim, mode):
     assert_nothing_left(sim, job, by=cut_at + 60)
 
 
-@pytest.mark.parametrize("mode", ["sync", "torch"])
+# numpy only: what ends the job here is the launcher's view of the host, whatever the ranks run.
+@pytest.mark.parametrize("mode", ["sync"])
 def test_a_crashed_host_is_named_at_once(sim, mode):
     if mode == "torch":
         pytest.importorskip("torch")

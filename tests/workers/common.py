@@ -1,5 +1,7 @@
 """Helpers for worker scripts (run under mpirun, one process per rank)."""
+import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -34,16 +36,23 @@ class Checker:
         self.rank = rank
         self.failures = []
         self.count = 0
+        # CHECKER_TIMES=1: each check's seconds on stderr at the end (where CI's time goes).
+        self.times = [] if os.environ.get("CHECKER_TIMES") else None
 
     def check(self, label, fn):
         self.count += 1
+        start = time.perf_counter()
         try:
             fn()
         except Exception:  # noqa: BLE001 - every failure is reported with its traceback
             self.failures.append(f"[rank {self.rank}] {label}\n{traceback.format_exc()}")
+        if self.times is not None:
+            self.times.append((time.perf_counter() - start, label))
 
     def finish(self):
         for f in self.failures:
             print(f, file=sys.stderr)
+        for seconds, label in sorted(self.times or [], reverse=True):
+            print(f"[rank {self.rank}] {seconds:7.2f} s  {label}", file=sys.stderr)
         print(f"[rank {self.rank}] {self.count - len(self.failures)} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
