@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "half_math.h"
 #include "mpi_wait.h"
 
 namespace collectives {
@@ -36,8 +37,22 @@ void CombineTyped(const void* acc_v, const void* in_v, void* out_v, int64_t n, R
   }
 }
 
+// 16-bit floats through the reductions their MPI operators use (half_math.h), so a carried
+// payload combines to the bits the ordinary path gives: out = op(in, acc), widened to float and
+// rounded back per step.
+void CombineHalf(const void* acc, const void* in, void* out, HalfKind kind, ReduceOp op, int64_t n) {
+  const HalfOp half_op = op == ReduceOp::MIN   ? HalfOp::MIN
+                         : op == ReduceOp::MAX ? HalfOp::MAX
+                         : op == ReduceOp::PRODUCT ? HalfOp::PRODUCT
+                                                   : HalfOp::SUM;  // Sum, and Average (divided afterwards)
+  if (out != acc) std::memcpy(out, acc, static_cast<size_t>(n) * 2);
+  ReduceHalf(kind, half_op, static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n);
+}
+
 void CombinePayload(const void* acc, const void* in, void* out, DataType dtype, ReduceOp op, int64_t n) {
   switch (dtype) {
+    case DataType::FLOAT16: CombineHalf(acc, in, out, HalfKind::FLOAT16, op, n); break;
+    case DataType::BFLOAT16: CombineHalf(acc, in, out, HalfKind::BFLOAT16, op, n); break;
     case DataType::UINT8: CombineTyped<uint8_t, uint32_t>(acc, in, out, n, op); break;
     case DataType::INT8: CombineTyped<int8_t, uint32_t>(acc, in, out, n, op); break;
     case DataType::INT16: CombineTyped<int16_t, uint32_t>(acc, in, out, n, op); break;
@@ -54,10 +69,11 @@ void CombinePayload(const void* acc, const void* in, void* out, DataType dtype, 
 bool FusedNegotiation::Eligible(DataType dtype, ReduceOp op, int64_t count) {
   switch (dtype) {
     case DataType::UINT8: case DataType::INT8: case DataType::INT16: case DataType::INT32:
-    case DataType::INT64: case DataType::FLOAT32: case DataType::FLOAT64:
+    case DataType::INT64: case DataType::FLOAT32: case DataType::FLOAT64: case DataType::FLOAT16:
+    case DataType::BFLOAT16:
       break;
     default:
-      return false;  // float16/bfloat16 (their own MPI ops), bool: the ordinary path
+      return false;  // bool: the ordinary path
   }
   if (op != ReduceOp::SUM && op != ReduceOp::AVERAGE && op != ReduceOp::MIN && op != ReduceOp::MAX &&
       op != ReduceOp::PRODUCT)

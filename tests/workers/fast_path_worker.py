@@ -11,10 +11,12 @@ import time
 import numpy as np
 
 import collectives as hvd
-from common import Checker, rank_input
+from common import BFLOAT16, Checker, rank_input
 
 INT_TYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64]
 FLOAT_TYPES = [np.float32, np.float64]
+# Carried too, combined by the 16-bit reductions of their MPI operators (csrc/half_math.h).
+HALF_TYPES = [np.dtype(np.float16)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 # FusedNegotiation::kSharedPayloadBytes through shared memory, kPayloadBytes through MPI.
 PAYLOAD_BYTES = 4096 if os.environ.get("COLLECTIVES_SHM_NEGOTIATION") == "0" else 16384
@@ -31,14 +33,18 @@ def reference(inputs, op_name, dtype):
     if op_name == "Max":
         return stack.max(axis=0)
     total = stack.sum(axis=0, dtype=dtype)
-    if np.dtype(dtype).kind == "f":
+    if np.dtype(dtype).kind == "f" or np.dtype(dtype) in HALF_TYPES:
         return total / len(inputs)
     return (np.trunc(total.astype(np.float64) / len(inputs))).astype(dtype)  # C++ integer division
 
 
 def same(got, want, dtype):
     assert got.dtype == np.dtype(dtype) and got.shape == want.shape, (got.dtype, got.shape, want.shape)
-    if np.dtype(dtype).kind == "f":
+    if np.dtype(dtype) in HALF_TYPES:
+        # Sums and products of these small integers are exact; an Average's division is not
+        # (the engine multiplies by 1/n in float, numpy divides in the 16-bit type).
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2)
+    elif np.dtype(dtype).kind == "f":
         np.testing.assert_allclose(got, want, rtol=1e-6)
     else:
         np.testing.assert_array_equal(got, want)
@@ -57,7 +63,7 @@ def main():
     # 1. Every eligible dtype and op, below, at and above the payload limit, each name three
     #    times (the first goes through the coordinator, the later ones are cached: carried).
     seed = 0
-    for dtype in INT_TYPES + FLOAT_TYPES:
+    for dtype in INT_TYPES + FLOAT_TYPES + HALF_TYPES:
         limit = PAYLOAD_BYTES // np.dtype(dtype).itemsize
         for op_name, op in OPS.items():
             for count in (1, 7, limit, limit + 1):
