@@ -168,7 +168,7 @@ def test_first_init_with_a_rank_absent_times_out(tmp_path):
 def test_a_process_with_an_abandoned_engine_exits_with_its_own_status(tmp_path):
     """Rank 0's engine thread is left inside MPI by an init() timeout; the process then exits
     with sys.exit(7): the exit status is 7, its atexit handler ran, its buffered output arrived,
-    and the exit does not wait on the thread (it once hung in the libraries' teardown)."""
+    and the exit ends there, without running the libraries' teardown under that thread."""
     env = dict(RESTART_ENV, COLLECTIVES_INIT_TIMEOUT_SECONDS="2")
     start = time.monotonic()
     run = run_workers(2, "restart_worker.py", "abandoned_exit", tmp_path, timeout=120, env=env,

@@ -17,8 +17,8 @@
   restart_worker.py abandoned_exit DIR
         as absent_rank, then rank 0 (its engine thread left inside MPI) ends with sys.exit(7)
         after registering an atexit handler and writing a line to a buffered stdout: the process
-        exits with status 7 (not hanging in the libraries' teardown), the handler ran and the
-        line arrived.
+        exits with status 7 (ended before the libraries' teardown), the handler ran and the line
+        arrived.
   restart_worker.py finalize_bound
         rank 0 stays alive without finalizing MPI (it sleeps 60 s once rank 1 has gone); rank 1
         exits with status 5 and COLLECTIVES_FINALIZE_TIMEOUT_SECONDS=3: its MPI_Finalize gives up
