@@ -58,6 +58,19 @@ def raises_at_once(exc_type, fn, *needles, limit_s=1.0):
     raise AssertionError(f"no {exc_type.__name__}")
 
 
+def expect_init_timeout(why):
+    """init() raises StallTimeoutError (``why``: why it cannot succeed); returns the error and
+    the seconds it took."""
+    start = time.monotonic()
+    try:
+        hvd.init()
+    except hvd.StallTimeoutError as e:
+        elapsed = time.monotonic() - start
+        log(f"init() raised after {elapsed:.1f} s: {e}")
+        return e, elapsed
+    raise AssertionError(f"init() succeeded although {why}")
+
+
 def op():
     return hvd.allreduce(np.ones(2, F32), op=hvd.Sum, name="restart.op")
 
@@ -119,17 +132,10 @@ def peer_shutdown(chk, directory):
         hvd.shutdown()
 
         def init_times_out():
-            start = time.monotonic()
-            try:
-                hvd.init()
-            except hvd.StallTimeoutError as e:
-                elapsed = time.monotonic() - start
-                log(f"init() raised after {elapsed:.1f} s: {e}")
-                assert isinstance(e, TimeoutError)
-                assert 1.5 <= elapsed < 15, f"after {elapsed:.1f} s (init timeout: 2 s)"
-                assert "MPI_Comm_dup" in str(e) and "COLLECTIVES_INIT_TIMEOUT_SECONDS" in str(e), str(e)
-            else:
-                raise AssertionError("init() succeeded although rank 1 never called it")
+            e, elapsed = expect_init_timeout("rank 1 never called it")
+            assert isinstance(e, TimeoutError)
+            assert 1.5 <= elapsed < 15, f"after {elapsed:.1f} s (init timeout: 2 s)"
+            assert "MPI_Comm_dup" in str(e) and "COLLECTIVES_INIT_TIMEOUT_SECONDS" in str(e), str(e)
         chk.check("init() waiting for a rank that never comes times out", init_times_out)
         chk.check("init() after the timeout",
                   lambda: raises_at_once(hvd.ShutdownError, hvd.init, "timed out", "cannot be restarted"))
@@ -146,16 +152,9 @@ def absent_rank(chk, directory):
         return
 
     def init_times_out():
-        start = time.monotonic()
-        try:
-            hvd.init()
-        except hvd.StallTimeoutError as e:
-            elapsed = time.monotonic() - start
-            log(f"init() raised after {elapsed:.1f} s: {e}")
-            assert 1.5 <= elapsed < 15, f"after {elapsed:.1f} s (init timeout: 2 s)"
-            assert "MPI_Init_thread" in str(e), str(e)
-        else:
-            raise AssertionError("init() succeeded although rank 1 never called it")
+        e, elapsed = expect_init_timeout("rank 1 never called it")
+        assert 1.5 <= elapsed < 15, f"after {elapsed:.1f} s (init timeout: 2 s)"
+        assert "MPI_Init_thread" in str(e), str(e)
     try:
         chk.check("first init() with a rank absent times out", init_times_out)
         chk.check("init() again", lambda: raises_at_once(hvd.ShutdownError, hvd.init, "timed out"))
@@ -176,12 +175,7 @@ def abandoned_exit(directory):
     if os.environ.get("PMI_RANK") == "1":
         wait_until(lambda: os.path.exists(marker), 90, "rank 0's atexit handler")
         return
-    try:
-        hvd.init()
-    except hvd.StallTimeoutError as e:
-        log(f"init() raised: {e}")
-    else:
-        raise AssertionError("init() succeeded although rank 1 never called it")
+    expect_init_timeout("rank 1 never called it")
     atexit.register(lambda: open(marker, "w").close())
     sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)  # buffered
     print("rank 0: last line, still in the buffer at exit")
@@ -224,15 +218,7 @@ def late_rank(chk, directory):
             open(done, "w").close()
         return
 
-    def init_times_out():
-        start = time.monotonic()
-        try:
-            hvd.init()
-        except hvd.StallTimeoutError as e:
-            log(f"init() raised after {time.monotonic() - start:.1f} s: {e}")
-        else:
-            raise AssertionError("init() succeeded although rank 1 was 5 s late")
-    chk.check("init() times out before rank 1 arrives", init_times_out)
+    chk.check("init() times out before rank 1 arrives", lambda: expect_init_timeout("rank 1 was 5 s late"))
     chk.check("rank 1 saw its engine stop", lambda: wait_until(lambda: os.path.exists(done), 60, "rank 1 done"))
 
 
