@@ -316,7 +316,7 @@ stage_bench() {
   [ "$np" = 2 ] && runs=(2 1)
   local n seconds t0 rc
   for n in "${runs[@]}"; do
-    seconds=$(limit $((n == 2 ? 280 : 200)) $((n == 2 && ${#runs[@]} == 2 ? 150 : 10)))
+    seconds=$(limit $((n == 2 ? 280 : 200)) $((n == 2 && ${#runs[@]} == 2 ? 60 : 10)))
     if [ "$seconds" -lt 30 ]; then
       part bench "- np=$n: not run (the command's time budget is spent)"
       continue
