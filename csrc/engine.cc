@@ -194,6 +194,9 @@ Status Engine::Setup(MPI_Comm comm) {
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
   gpu::Libraries::Get().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
   executor_.InitDevice();
+  executor_.OnGpuIdle([this] {
+    if (gpu_hold_.exchange(false)) bell_.RingOwn();
+  });
   ProcessSet everyone;
   everyone.comm = comm_;
   everyone.set_rank = rank_;

@@ -187,6 +187,9 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   bool PeerStarted();  // a peer started the cycle we are to run next (doorbell or MPI message)
   void SendWake();
   Clock::duration CycleTime() const;
+  // Under mu_: whether the queued work (all of it for the GPU) waits, and until when, because
+  // the GPU still runs earlier collectives (engine_wake.cc).
+  bool HoldForGpuFusion(Clock::time_point now, Clock::time_point* until);
   Clock::duration NextCycleInterval() const;  // from the last cycle's start to the next's, while active
   void CompleteHandle(int64_t handle, Result&& result);
   void QualifyName(Request* q);
@@ -257,6 +260,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // the peers on this host that start a cycle (doorbell.h). Rung after the state it announces
   // changed (under mu_ or atomically), so a sleeper that read Seen() before looking misses none.
   Doorbell bell_;
+  std::atomic<bool> gpu_hold_{false};  // GPU work waits for the GPU to finish earlier work: ring when it has
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;

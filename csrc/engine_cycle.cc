@@ -26,6 +26,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     shutdown_local = shutdown_requested_;
   }
   last_cycle_start_ = now;
+  gpu_hold_.store(false);  // whatever was held goes into this cycle
   timeline_.MarkCycle();
   if (stages_on_)
     for (Pending& p : fresh) p.picked = now;

@@ -91,6 +91,10 @@ class Executor {
               std::atomic<const char*>* step);
   // The NCCL backend (after the GPU libraries are loaded); its stream starts at the first GPU tensor.
   void InitDevice();
+  // GPU work launched and not finished yet; `idle` runs (on the completion thread) whenever the
+  // last of it finishes.
+  bool GpuBusy() const { return nccl_ && nccl_->Busy(); }
+  void OnGpuIdle(std::function<void()> idle) { nccl_->OnIdle(std::move(idle)); }
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
   void ShutdownDevice(const Status& why);

@@ -25,6 +25,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -125,6 +126,11 @@ class NcclBackend {
   // finished (OK), or with the error that stopped it. `keep` is released after it ran.
   void Complete(int32_t set_id, Done done, std::vector<std::shared_ptr<void>> keep = {});
 
+  // Whether GPU work handed to Complete() has not finished yet (any thread). `idle` runs on
+  // the completion thread each time the last of it finishes (set before the first Complete).
+  bool Busy() const { return unfinished_.load(std::memory_order_acquire) > 0; }
+  void OnIdle(std::function<void()> idle) { on_idle_ = std::move(idle); }
+
   // The process set was removed: its communicator (and NCCL's buffers for it) is destroyed
   // by the completion thread once the work queued before now has finished.
   void Release(int32_t set_id);
@@ -187,6 +193,8 @@ class NcclBackend {
   std::chrono::steady_clock::time_point deadline_;
   Status why_;
   std::thread completer_;
+  std::atomic<int> unfinished_{0};  // Complete() calls whose `done` has not run yet
+  std::function<void()> on_idle_;
 };
 
 }  // namespace collectives

@@ -41,6 +41,7 @@ void NcclBackend::Complete(int32_t set_id, Done done, std::vector<std::shared_pt
     p.event = std::move(event);
   else
     p.status = st;
+  unfinished_.fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard<std::mutex> lock(mu_);
   queue_.push_back(std::move(p));
   cv_.notify_one();
@@ -157,6 +158,9 @@ void NcclBackend::CompletionLoop() {
     }
     Status st = p.event ? WaitForEvent(p) : p.status;
     p.event.reset();
+    // The GPU is done with it: before the handles complete, so that a caller woken by them
+    // finds the GPU idle (HoldForGpuFusion, engine_wake.cc).
+    if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1 && on_idle_) on_idle_();
     p.done(st);  // completes handles: takes the engine's locks, never calls Python
     p.keep.clear();
   }

@@ -131,6 +131,14 @@ def test_without_the_kernel_fused_groups_copy(fake_libs):
 
 
 @needs_cc
+def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs):
+    # Each collective "runs" 200 ms; held work waits at most one cycle time (here 100 ms).
+    run = run_workers(1, "gpu_fake_fusion_worker.py", "busy", timeout=120,
+                      env=_fake_env(fake_libs, COLLECTIVES_CYCLE_TIME="100"))
+    assert_all_ranks_passed(run, 1, min_cases=3)
+
+
+@needs_cc
 def test_missing_symbol_is_reported(fake_libs, tmp_path):
     # A "libnccl.so.2" that answers ncclGetVersion but lacks the rest (an NCCL too old, or
     # another library): the reason names the first missing entry point.

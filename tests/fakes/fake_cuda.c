@@ -10,6 +10,8 @@
  *   FAKE_CUDA_POINTER_DEVICE=N         the device every pointer lives on (default 0)
  *   FAKE_CUDA_POINTER_NEEDS_CONTEXT=1  pointer queries without a current context fail (201)
  *   FAKE_CUDA_NOT_READY_POLLS=N        the first N cuEventQuery calls answer "not ready"
+ *   FAKE_CUDA_EVENT_US=N               an event answers "not ready" until N microseconds after
+ *                                      its record (GPU work that takes that long)
  *   FAKE_CUDA_OOM=1                    allocations fail with CUDA_ERROR_OUT_OF_MEMORY
  *   FAKE_CUDA_NO_MODULES=1             cuModuleLoadData refuses every image (no kernels)
  * Kernels: the engine's batched copy kernel runs here on the host, through the same
@@ -20,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_copy_batch.h"
 
@@ -86,12 +89,17 @@ int cuStreamCreateWithPriority(void** s, unsigned flags, int priority) { (void)f
 int cuStreamDestroy_v2(void* s) { free(s); return 0; }
 int cuStreamSynchronize(void* s) { (void)s; return 0; }
 int cuStreamWaitEvent(void* s, void* e, unsigned flags) { (void)s; (void)e; (void)flags; ++stream_waits; return 0; }
-int cuEventCreate(void** e, unsigned flags) { (void)flags; *e = malloc(8); return 0; }
+int cuEventCreate(void** e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(long long)); return 0; }
 int cuEventDestroy_v2(void* e) { free(e); return 0; }
-int cuEventRecord(void* e, void* s) { (void)e; (void)s; ++events_recorded; return 0; }
+static long long now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+int cuEventRecord(void* e, void* s) { (void)s; ++events_recorded; *(long long*)e = now_us(); return 0; }
 int cuEventQuery(void* e) {
-  (void)e;
   if (not_ready_answered < env_int("FAKE_CUDA_NOT_READY_POLLS", 0)) { ++not_ready_answered; return 600; }
+  if (now_us() < *(long long*)e + env_int("FAKE_CUDA_EVENT_US", 0)) return 600;
   return 0;
 }
 int cuMemAlloc_v2(CUdeviceptr* p, size_t n) {

@@ -1,0 +1,73 @@
+"""GPU work that arrives while the GPU is busy waits and fuses (run under mpirun, np=1, with the
+stand-in libraries of tests/fakes; tests/test_gpu_loader.py).
+
+Usage: gpu_fake_fusion_worker.py busy
+
+The test sets COLLECTIVES_CYCLE_TIME (the longest wait) long, and FAKE_CUDA_EVENT_US makes
+each collective "run" on the GPU for that long, so that the counts below do not depend on how
+fast this machine submits.
+"""
+import sys
+
+import numpy as np
+
+import collectives as hvd
+from common import Checker
+from gpu_fake_runtime_worker import env, fakes
+from gpu_fake_worker import FakeGpuArray, read
+
+
+def family_busy(chk):
+    _, nccl, _ = fakes()
+    rng = np.random.default_rng(11)
+
+    def arrays(count):
+        return [FakeGpuArray(rng.integers(-50, 50, size=int(n)).astype(np.float32))
+                for n in rng.integers(1, 300, size=count)]
+
+    def burst():
+        # The first goes at once (the GPU is idle); the other 39 arrive while it runs and go
+        # together. Before, each was an NCCL call of its own (161 of 161 ResNet-50 gradients).
+        with env(FAKE_CUDA_EVENT_US="200000"):
+            xs = arrays(40)
+            want = [x.host.copy() for x in xs]  # one rank: the sum is the input
+            before = nccl("allreduce")
+            handles = [hvd.allreduce_async_(x, op=hvd.Sum, name=f"busy.{i}") for i, x in enumerate(xs)]
+            for h in handles:
+                hvd.synchronize(h)
+            calls = nccl("allreduce") - before
+        for x, w in zip(xs, want):
+            np.testing.assert_array_equal(x.host, w)
+        assert calls <= 4, f"40 allreduces submitted while the GPU was busy took {calls} NCCL calls"
+    chk.check("a burst submitted while the GPU is busy fuses into few NCCL calls", burst)
+
+    def lone_calls():
+        # Nothing runs on the GPU when each is submitted: each goes at once, on its own.
+        xs = arrays(10)
+        before = nccl("allreduce")
+        for i, x in enumerate(xs):
+            want = x.host * 2
+            np.testing.assert_array_equal(read(hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, name=f"lone.{i}")), want)
+        assert nccl("allreduce") - before == 10, nccl("allreduce") - before
+    chk.check("synchronous calls on an idle GPU each run at once", lone_calls)
+
+    def host_work_is_not_held():
+        with env(FAKE_CUDA_EVENT_US="200000"):
+            handle = hvd.allreduce_async_(arrays(1)[0], op=hvd.Sum, name="held.gpu")
+            host = np.arange(5.0)
+            np.testing.assert_array_equal(hvd.allreduce(host, op=hvd.Sum, name="held.host"), host)
+            hvd.synchronize(handle)
+    chk.check("host work goes while the GPU is busy", host_work_is_not_held)
+
+
+def main():
+    hvd.init()
+    chk = Checker(hvd.rank())
+    for family in sys.argv[1:]:
+        globals()["family_" + family](chk)
+    hvd.shutdown()
+    chk.finish()
+
+
+if __name__ == "__main__":
+    main()
