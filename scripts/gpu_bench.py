@@ -8,7 +8,7 @@ report. All comparisons come from the same launch:
   fused      the 161 gradients of ResNet-50's parameter shapes (102 MB of float32), each with
              allreduce_async_ and then synchronized (the engine fuses them), against one raw
              ncclAllReduce of a flat tensor of their total size, and one collectives call of it.
-  latency    an 8-byte allreduce.
+  latency    an 8-byte allreduce, and a raw ncclAllReduce of it.
   train      a ResNet-50 training step (SGD-momentum, synthetic ImageNet batch) with
              DistributedOptimizer against torch DDP (NCCL) on a copy of the same model.
 
@@ -167,6 +167,8 @@ class Bench:
         tiny = torch.ones(2, device=self.dev)
         self.r["latency_8B_s"] = timed(lambda: hvd.allreduce_(tiny, op=hvd.Sum, name="bench.tiny"),
                                        max(self.args.iters, 50))
+        if self.dist:
+            self.r["raw_latency_8B_s"] = timed(lambda: self.dist.all_reduce(tiny), max(self.args.iters, 50))
 
     def train(self):
         try:

@@ -56,7 +56,9 @@ def bench_lines(r):
                    f"{ms('train_ours_s')}, DDP {ms('train_ddp_s')}"
                    + (f" ({r['train_skipped']})" if r.get("train_skipped") else ""))
         out.append(ratio_line("DistributedOptimizer / DDP step", r.get("train_ours_s"), r.get("train_ddp_s"), 1.0))
-    out.append(f"  - 8-byte allreduce latency {r['latency_8B_s'] * 1e6:.1f} us" if r.get("latency_8B_s") else
+    out.append(f"  - 8-byte allreduce latency {r['latency_8B_s'] * 1e6:.1f} us"
+               + (f" (raw NCCL {r['raw_latency_8B_s'] * 1e6:.1f} us)" if r.get("raw_latency_8B_s") else "")
+               if r.get("latency_8B_s") else
                "  - 8-byte latency: not measured")
     if r.get("notes"):
         out += [f"  - note: {n}" for n in r["notes"]]
