@@ -51,6 +51,24 @@ def family_busy(chk):
         assert nccl("allreduce") - before == 10, nccl("allreduce") - before
     chk.check("synchronous calls on an idle GPU each run at once", lone_calls)
 
+    def other_verbs_while_busy():
+        # Held with the allreduces, then run in the negotiated order: every result is right.
+        with env(FAKE_CUDA_EVENT_US="200000"):
+            xs = arrays(12)
+            want = [x.host.copy() for x in xs]
+            handles = []
+            for i, x in enumerate(xs):
+                if i % 3 == 0:
+                    handles.append(("allgather", x, hvd.allgather_async(x, name=f"mixed.{i}")))
+                elif i % 3 == 1:
+                    handles.append(("broadcast", x, hvd.broadcast_async_(x, root_rank=0, name=f"mixed.{i}")))
+                else:
+                    handles.append(("allreduce", x, hvd.allreduce_async_(x, op=hvd.Sum, name=f"mixed.{i}")))
+            for (verb, x, h), w in zip(handles, want):
+                out = hvd.synchronize(h)
+                np.testing.assert_array_equal(read(out) if verb == "allgather" else x.host, w)
+    chk.check("allgather and broadcast held with allreduces give the same results", other_verbs_while_busy)
+
     def host_work_is_not_held():
         with env(FAKE_CUDA_EVENT_US="200000"):
             handle = hvd.allreduce_async_(arrays(1)[0], op=hvd.Sum, name="held.gpu")
