@@ -166,6 +166,11 @@ KNOBS = {
                           "A thread waiting for its own result (a synchronous verb, synchronize()) runs the "
                           "negotiation cycles itself while the engine thread is idle, saving two thread "
                           "hand-offs per operation; host tensors only: 1, true, yes, on or 0, false, no, off."),
+    # Ours (csrc/engine_wake.cc, HoldForGpuFusion).
+    "gpu_fusion_wait": Knob("GPU_FUSION_WAIT", _parse_bool, True,
+                            "GPU work submitted while the GPU still runs earlier collectives waits for them "
+                            "(at most a cycle time) and is fused with what arrives meanwhile: 1, true, yes, on "
+                            "or 0, false, no, off."),
     # Ours (csrc/tensorflow_kernels.cc).
     "tensorflow_kernels": Knob("TENSORFLOW_KERNELS", _parse_bool, True,
                                "Inside a tf.function, reduce the gradients of DistributedOptimizer and "
@@ -215,7 +220,7 @@ def engine_config(values, environ=None):
     keys = ("fusion_threshold", "cycle_time_ms", "cache_capacity", "timeline_path", "timeline_mark_cycles",
             "stall_check_s", "stall_shutdown_s", "init_timeout_s", "finalize_timeout_s", "buffer_pool_bytes",
             "hierarchical_allreduce",
-            "hierarchical_allgather", "shm_allreduce", "cma_allreduce", "shm_negotiation", "caller_cycles", "autotune", "autotune_log", "autotune_warmup_samples",
+            "hierarchical_allgather", "shm_allreduce", "cma_allreduce", "shm_negotiation", "caller_cycles", "gpu_fusion_wait", "autotune", "autotune_log", "autotune_warmup_samples",
             "autotune_steps_per_sample", "autotune_bayes_opt_max_samples")
     result = {k: values[k] for k in keys}
     result["autotune_fixed"] = [k for k in AUTOTUNED if is_set(k, environ)]

@@ -44,6 +44,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("cma_allreduce")) c.cma_allreduce = d["cma_allreduce"].cast<bool>();
   if (d.contains("shm_negotiation")) c.shm_negotiation = d["shm_negotiation"].cast<bool>();
   if (d.contains("caller_cycles")) c.caller_cycles = d["caller_cycles"].cast<bool>();
+  if (d.contains("gpu_fusion_wait")) c.gpu_fusion_wait = d["gpu_fusion_wait"].cast<bool>();
   if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();
   if (d.contains("autotune_log")) c.autotune.log_path = d["autotune_log"].cast<std::string>();
   if (d.contains("autotune_warmup_samples")) c.autotune.warmup_samples = d["autotune_warmup_samples"].cast<int>();

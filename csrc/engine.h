@@ -68,6 +68,7 @@ struct EngineConfig {
   bool cma_allreduce = true;  // large host allreduces by cross-memory attach on one host (cross_memory_allreduce.h)
   bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
   bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
+  bool gpu_fusion_wait = true;  // GPU work waits while the GPU is busy, to fuse (engine_wake.cc)
   AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";

@@ -103,7 +103,7 @@ bool Engine::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
   // at most one cycle time after the oldest of them arrived, lets them fuse. Host work, and GPU
   // work that finds the GPU idle (a lone allreduce, a synchronous loop), starts at once, and so
   // does a fusion buffer's worth: it is as fused as it gets.
-  if (!executor_.GpuBusy()) return false;
+  if (!config_.gpu_fusion_wait || !executor_.GpuBusy()) return false;
   Clock::time_point oldest = Clock::time_point::max();
   int64_t bytes = 0;
   for (size_t i = claimed_; i < incoming_.size(); ++i) {

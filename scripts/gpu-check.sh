@@ -9,7 +9,8 @@
 #            later stages reuse it (state in build/gpu-check) and run it first when missing.
 #     tests  the header check and GPU library tests, then tests/test_gpu.py at 2 ranks (or 1).
 #     bench  scripts/gpu_bench.py at 2 ranks and at 1: allreduce and fusion against raw NCCL
-#            and a device copy, DistributedOptimizer's training step against torch DDP.
+#            and a device copy, DistributedOptimizer's training step against torch DDP; then the
+#            fused gradients again with COLLECTIVES_GPU_FUSION_WAIT=0.
 #     extra  the GPU tests at one rank, fusion without the batched copy kernel, the host
 #            collectives tests.
 #   Every step has a time limit taken from the command's budget (GPU_CHECK_BUDGET_S, 540 s),
@@ -301,7 +302,7 @@ stage_bench() {
   LOG_STAGE=bench
   : >"$STATE/part-bench.md"
   : >"$STATE/bench.log"
-  rm -f "$STATE"/bench-np*.json
+  rm -f "$STATE"/bench-np*.json "$STATE"/bench-nowait.json
   local gpus
   gpus=$(get gpus)
   if [ "${gpus:-0}" -lt 1 ]; then
@@ -316,7 +317,7 @@ stage_bench() {
   [ "$np" = 2 ] && runs=(2 1)
   local n seconds t0 rc
   for n in "${runs[@]}"; do
-    seconds=$(limit $((n == 2 ? 280 : 200)) $((n == 2 && ${#runs[@]} == 2 ? 60 : 10)))
+    seconds=$(limit $((n == 2 ? 280 : 200)) $((n == 2 && ${#runs[@]} == 2 ? 110 : 50)))
     if [ "$seconds" -lt 30 ]; then
       part bench "- np=$n: not run (the command's time budget is spent)"
       continue
@@ -328,6 +329,19 @@ stage_bench() {
     rc=$?
     part bench "- np=$n: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
   done
+  # The fused gradients again without waiting for a busy GPU (COLLECTIVES_GPU_FUSION_WAIT=0).
+  seconds=$(limit 90 5)
+  if [ "$seconds" -lt 40 ]; then
+    part bench "- np=$np without the fusion wait: not run (the command's time budget is spent)"
+    return
+  fi
+  echo "===== np=$np, COLLECTIVES_GPU_FUSION_WAIT=0, fused only (limit $seconds s)" >>"$STATE/bench.log"
+  t0=$SECONDS
+  env ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_FUSION_WAIT=0 timeout "$seconds" "$mpirun" -np "$np" "$PY" \
+    scripts/gpu_bench.py --sections fused --time-limit $((seconds - 20)) --json "$STATE/bench-nowait.json" \
+    >>"$STATE/bench.log" 2>&1
+  rc=$?
+  part bench "- np=$np without the fusion wait: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
 }
 
 # ---------------------------------------------------------------- main

@@ -17,6 +17,7 @@ The JSON (rank 0) is rewritten after each section, and sections that would start
 --time-limit seconds are skipped (noted), so a launch under a time limit reports what it did.
 
 Usage: mpirun -np N python scripts/gpu_bench.py [--iters 10] [--json out.json] [--time-limit S]
+                                              [--sections bandwidth,fused,latency,train]
        mpirun -np 2 python scripts/gpu_bench.py --probe   (can two ranks share this GPU?)
 """
 import argparse
@@ -108,6 +109,7 @@ class Bench:
         self.bus = 2 * (self.n - 1) / self.n if self.n > 1 else 1.0
         self.r = {"ranks": self.n, "device": torch.cuda.get_device_name(self.dev), "nccl_version": hvd.nccl_built(),
                   "shared_gpu": os.environ.get("COLLECTIVES_TEST_SHARED_GPU") == "1", "iters": args.iters,
+                  "gpu_fusion_wait": os.environ.get("COLLECTIVES_GPU_FUSION_WAIT", "1") != "0",
                   "notes": []}
         self.dist, why = raw_nccl(self.dev)
         # Every rank uses the baseline or none does (a rank alone in all_reduce would wait forever).
@@ -216,7 +218,7 @@ class Bench:
         self.r["train_ours_rounds_s"], self.r["train_ddp_rounds_s"] = a, b
 
     def run(self):
-        for section in ("bandwidth", "fused", "latency", "train"):
+        for section in self.args.sections.split(","):
             if not self.due(section):
                 continue
             start = time.monotonic()
@@ -237,6 +239,8 @@ def main():
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--json", default=None)
     parser.add_argument("--time-limit", type=float, default=1e9, help="skip sections that would start after this")
+    parser.add_argument("--sections", default="bandwidth,fused,latency,train",
+                        help="which sections, in order (comma-separated)")
     parser.add_argument("--probe", action="store_true")
     args = parser.parse_args()
     if args.probe:

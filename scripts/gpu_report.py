@@ -1,6 +1,6 @@
 """Writes scripts/gpu-check.sh's report from its state directory: REPORT/gpu-check-report.md
 (the stages' lines and the benchmark figures against their targets) and the logs and JSON
-beside it (at most 6 files, so that the device tool brings them all back).
+beside it (at most 7 files, so that the device tool brings them all back).
 
 Usage: python scripts/gpu_report.py STATE_DIR REPORT_DIR   (standard library only)
 """
@@ -65,6 +65,19 @@ def bench_lines(r):
     return out
 
 
+def nowait_lines(state_dir):
+    """The fused section again with COLLECTIVES_GPU_FUSION_WAIT=0 (gpu-check.sh), beside the
+    main run's figure of the same number of ranks: what waiting for a busy GPU changes."""
+    try:
+        off = json.load(open(os.path.join(state_dir, "bench-nowait.json")))
+        on = json.load(open(os.path.join(state_dir, f"bench-np{off['ranks']}.json")))
+    except (OSError, ValueError, KeyError):
+        return []
+    ms = lambda r: f"{r['fused_161_s'] * 1e3:.2f} ms" if r.get("fused_161_s") else "-"  # noqa: E731
+    return [f"- 161 ResNet-50 gradients at {off['ranks']} rank(s): {ms(on)} waiting for the busy GPU "
+            f"(COLLECTIVES_GPU_FUSION_WAIT=1), {ms(off)} without (=0, a later launch)", ""]
+
+
 def main():
     state_dir, report = sys.argv[1], sys.argv[2]
     os.makedirs(report, exist_ok=True)
@@ -75,18 +88,19 @@ def main():
         text = read(os.path.join(state_dir, f"part-{stage}.md"), "- not run on this machine")
         out += [f"## {title}", "", text or "- (in progress)", ""]
         if stage == "bench":
-            for n in (2, 1):
-                path = os.path.join(state_dir, f"bench-np{n}.json")
+            for name in ("bench-np2.json", "bench-np1.json"):
+                path = os.path.join(state_dir, name)
                 if os.path.exists(path):
                     try:
                         out += bench_lines(json.load(open(path))) + [""]
                     except (ValueError, KeyError) as e:
-                        out += [f"- bench-np{n}.json unreadable: {e}", ""]
+                        out += [f"- {name} unreadable: {e}", ""]
+            out += nowait_lines(state_dir)
             out += [f"Targets: {TARGETS}.", ""]
     out += ["Logs: setup.log, tests.log, bench.log (failures are listed at the end of each pytest run)."]
     with open(os.path.join(report, "gpu-check-report.md"), "w") as f:
         f.write("\n".join(out) + "\n")
-    for name in ("setup.log", "tests.log", "bench.log", "bench-np2.json", "bench-np1.json"):
+    for name in ("setup.log", "tests.log", "bench.log", "bench-np2.json", "bench-np1.json", "bench-nowait.json"):
         src = os.path.join(state_dir, name)
         if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(report, name)):
             shutil.copyfile(src, os.path.join(report, name))

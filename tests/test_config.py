@@ -30,6 +30,7 @@ SAMPLES = {
     "cma_allreduce": ("CMA_ALLREDUCE", "off", False, "1", True),
     "shm_negotiation": ("SHM_NEGOTIATION", "off", False, "1", True),
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
+    "gpu_fusion_wait": ("GPU_FUSION_WAIT", "no", False, "1", True),
     "tensorflow_kernels": ("TENSORFLOW_KERNELS", "0", False, "yes", True),
     "autotune": ("AUTOTUNE", "1", True, "off", False),
     "autotune_log": ("AUTOTUNE_LOG", "/tmp/horovod.csv", "/tmp/horovod.csv", "/tmp/ours.csv", "/tmp/ours.csv"),

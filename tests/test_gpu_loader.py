@@ -131,10 +131,12 @@ def test_without_the_kernel_fused_groups_copy(fake_libs):
 
 
 @needs_cc
-def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs):
+@pytest.mark.parametrize("wait", ["1", "0"])
+def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs, wait):
     # Each collective "runs" 200 ms; held work waits at most one cycle time (here 100 ms).
+    # COLLECTIVES_GPU_FUSION_WAIT=0: nothing waits (the worker expects many NCCL calls).
     run = run_workers(1, "gpu_fake_fusion_worker.py", "busy", timeout=120,
-                      env=_fake_env(fake_libs, COLLECTIVES_CYCLE_TIME="100"))
+                      env=_fake_env(fake_libs, COLLECTIVES_CYCLE_TIME="100", COLLECTIVES_GPU_FUSION_WAIT=wait))
     assert_all_ranks_passed(run, 1, min_cases=4)
 
 
