@@ -193,7 +193,7 @@ class NcclBackend {
   std::chrono::steady_clock::time_point deadline_;
   Status why_;
   std::thread completer_;
-  std::atomic<int> unfinished_{0};  // Complete() calls whose `done` has not run yet
+  std::atomic<int> unfinished_{0};  // Complete() calls whose GPU work has not finished (or failed) yet
   std::function<void()> on_idle_;
 };
 
