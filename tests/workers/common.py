@@ -29,6 +29,19 @@ def rank_input(seed, rank, shape, dtype, low=-8, high=8):
     return rng.integers(low, high, size=shape).astype(dtype)
 
 
+def assert_close_to_reference(values, expected, kind, what):
+    """A result's values (numpy: bool, or float64) against its numpy reference. ``kind``: "bool",
+    "half" (float16 and bfloat16: 1e-2), "float" (1e-6) or "int" (exact). The frameworks'
+    workers check their own tensor types and dtypes, then call this."""
+    if kind == "bool":
+        np.testing.assert_array_equal(values, np.asarray(expected).astype(bool), err_msg=what)
+    elif kind in ("half", "float"):
+        tolerance = 1e-2 if kind == "half" else 1e-6
+        np.testing.assert_allclose(values, expected, rtol=tolerance, atol=tolerance, err_msg=what)
+    else:
+        np.testing.assert_array_equal(values, expected, err_msg=what)
+
+
 class Checker:
     """Collects failures instead of stopping at the first, and reports them at the end."""
 

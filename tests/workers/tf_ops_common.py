@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import collectives.tensorflow as hvd
-from common import BFLOAT16, rank_input
+from common import BFLOAT16, assert_close_to_reference, rank_input
 from ops_util import case, ctx, rs_rows, seed  # noqa: F401 - re-exported to the worker
 
 TF_DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64,
@@ -52,14 +52,9 @@ def check(got, expected, dtype, what="result"):
     assert got.dtype == dtype, f"{what}: dtype {got.dtype.name} != {dtype.name}"
     expected = np.asarray(expected)
     assert tuple(got.shape) == expected.shape, f"{what}: shape {tuple(got.shape)} != {expected.shape}"
-    if dtype == tf.bool:
-        np.testing.assert_array_equal(np.asarray(got), expected.astype(bool), err_msg=what)
-    elif dtype in (tf.float16, tf.bfloat16):
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-2, atol=1e-2, err_msg=what)
-    elif dtype.is_floating:
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-6, atol=1e-6, err_msg=what)
-    else:
-        np.testing.assert_array_equal(as_ref(got), expected, err_msg=what)
+    kind = ("bool" if dtype == tf.bool else "half" if dtype in (tf.float16, tf.bfloat16)
+            else "float" if dtype.is_floating else "int")
+    assert_close_to_reference(as_ref(got), expected, kind, what)
 
 
 def ref_reduce(refs, dtype, op, pre=1.0, post=1.0):

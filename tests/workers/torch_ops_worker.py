@@ -8,35 +8,17 @@ Families: allreduce, grouped, broadcast, allgather, alltoall, reducescatter, bac
 """
 import sys
 import warnings
-import zlib
 
 import numpy as np
 import torch
 
 import collectives.torch as hvd
-from common import BFLOAT16, Checker, rank_input
+from common import Checker, rank_input
+from torch_ops_util import NP_OF, NUMERIC, OPS, TORCH_DTYPES, check, expect_raises, noncontig, seed, to_torch
 
 torch.set_num_threads(1)
 
-TORCH_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-                torch.float32, torch.float64, torch.bool]
-NP_OF = {torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
-         torch.int64: np.int64, torch.float16: np.float16, torch.bfloat16: BFLOAT16, torch.float32: np.float32,
-         torch.float64: np.float64, torch.bool: np.bool_}
-NUMERIC = [d for d in TORCH_DTYPES if d != torch.bool]
-OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 R = S = chk = None
-
-
-def seed(label):
-    return zlib.crc32(label.encode())
-
-
-def to_torch(a, dtype):
-    a = np.ascontiguousarray(a)
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(a.copy())
 
 
 def inputs(label, shape, dtype, low=-8, high=8):
@@ -45,27 +27,6 @@ def inputs(label, shape, dtype, low=-8, high=8):
             for r in range(S)]
     refs = [a if dtype == torch.bool else a.astype(np.float64) for a in arrs]
     return refs, [to_torch(a, dtype) for a in arrs]
-
-
-def as_ref(t):
-    t = t.detach()
-    return t.numpy() if t.dtype == torch.bool else t.to(torch.float64).numpy()
-
-
-def check(got, expected, dtype, shape=None, what="result"):
-    assert isinstance(got, torch.Tensor), f"{what}: expected a torch.Tensor, got {type(got).__name__}"
-    assert got.dtype == dtype, f"{what}: dtype {got.dtype} != {dtype}"
-    expected = np.asarray(expected)
-    shape = expected.shape if shape is None else tuple(shape)
-    assert tuple(got.shape) == shape, f"{what}: shape {tuple(got.shape)} != {shape}"
-    if dtype == torch.bool:
-        np.testing.assert_array_equal(got.numpy(), expected.astype(bool), err_msg=what)
-    elif dtype in (torch.float16, torch.bfloat16):
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-2, atol=1e-2, err_msg=what)
-    elif dtype.is_floating_point:
-        np.testing.assert_allclose(as_ref(got), expected, rtol=1e-6, atol=1e-6, err_msg=what)
-    else:
-        np.testing.assert_array_equal(as_ref(got), expected, err_msg=what)
 
 
 def ref_reduce(refs, dtype, op, pre=1.0, post=1.0):
@@ -83,14 +44,6 @@ def ref_reduce(refs, dtype, op, pre=1.0, post=1.0):
     return np.trunc(r) if is_int else r
 
 
-def expect_raises(exc, fn):
-    try:
-        fn()
-    except exc as e:
-        return e
-    raise AssertionError(f"expected {exc.__name__}")
-
-
 def case(label):
     def run(fn):
         chk.check(label, fn)
@@ -104,11 +57,6 @@ def rs_rows(dim0, r):
 
 def rs_start(dim0, r):
     return sum(rs_rows(dim0, i) for i in range(r))
-
-
-def noncontig(t):
-    """A copy of ``t`` (2-d) laid out column-major: non-contiguous unless a dimension is 1."""
-    return t.t().clone(memory_format=torch.contiguous_format).t()
 
 
 # ---------------------------------------------------------------- families
