@@ -8,14 +8,12 @@ each collective "run" on the GPU for that long, so that the counts below do not 
 fast this machine submits.
 """
 import os
-import sys
 
 import numpy as np
 
 import collectives as hvd
-from common import Checker
 from gpu_fake_runtime_worker import env, fakes
-from gpu_fake_worker import FakeGpuArray, read
+from gpu_fake_worker import FakeGpuArray, read, run_families
 
 WAIT = os.environ.get("COLLECTIVES_GPU_FUSION_WAIT", "1") != "0"
 
@@ -84,14 +82,5 @@ def family_busy(chk):
     chk.check("host work goes while the GPU is busy", host_work_is_not_held)
 
 
-def main():
-    hvd.init()
-    chk = Checker(hvd.rank())
-    for family in sys.argv[1:]:
-        globals()["family_" + family](chk)
-    hvd.shutdown()
-    chk.finish()
-
-
 if __name__ == "__main__":
-    main()
+    run_families(globals())

@@ -29,7 +29,6 @@ Families:
 import ctypes
 import gc
 import os
-import sys
 import threading
 import time
 
@@ -38,8 +37,7 @@ import numpy as np
 import collectives as hvd
 from collectives import errors
 from collectives._loader import engine_module
-from common import Checker
-from gpu_fake_worker import FakeGpuArray, expect_error, read
+from gpu_fake_worker import FakeGpuArray, expect_error, read, run_families
 
 
 class EmptyGpuArray:
@@ -340,14 +338,5 @@ def expect_positive(n):
     assert n > 0, n
 
 
-def main():
-    hvd.init()
-    chk = Checker(hvd.rank())
-    for family in sys.argv[1:]:
-        globals()["family_" + family](chk)
-    hvd.shutdown()
-    chk.finish()
-
-
 if __name__ == "__main__":
-    main()
+    run_families(globals())

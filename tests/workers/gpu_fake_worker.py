@@ -332,14 +332,16 @@ def driver_loads():
         return False
 
 
-def main():
+def run_families(namespace):
+    """The stand-in workers' main: each family named on the command line (``family_<name>`` in
+    ``namespace``, the worker's globals) between init() and shutdown()."""
     hvd.init()
     chk = Checker(hvd.rank())
     for family in sys.argv[1:]:
-        globals()["family_" + family](chk)
+        namespace["family_" + family](chk)
     hvd.shutdown()
     chk.finish()
 
 
 if __name__ == "__main__":
-    main()
+    run_families(globals())
