@@ -148,6 +148,8 @@ SOURCES = [
     "dlpack_export.cc",
     "doorbell.cc",
     "engine.cc",
+    "job_layout.cc",
+    "wake_messages.cc",
     "engine_wake.cc",
     "engine_autotune.cc",
     "engine_cycle.cc",

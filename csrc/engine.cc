@@ -133,28 +133,14 @@ Status Engine::Setup(MPI_Comm comm) {
     return Status::Error(StatusCode::INTERNAL,
                          "MPI was initialized without thread support (need MPI_THREAD_SERIALIZED or better; "
                          "initialize it with MPI_THREAD_MULTIPLE, the mpi4py default)");
-  setup_step_ = "MPI_Comm_dup of the communicator given to init()";
-  if (MPI_Comm_dup(comm, &comm_) != MPI_SUCCESS) return Status::Error(StatusCode::INTERNAL, "MPI_Comm_dup failed");
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  SetLogRank(rank_);
-  setup_step_ = "MPI_Comm_split_type / MPI_Comm_split (the local and cross communicators)";
-  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_);
-  MPI_Comm_rank(local_comm_, &local_rank_);
-  MPI_Comm_size(local_comm_, &local_size_);
-  MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_);
-  MPI_Comm_rank(cross_comm_, &cross_rank_);
-  MPI_Comm_size(cross_comm_, &cross_size_);
   {
-    // Horovod's is_homogeneous(): every host runs as many ranks as every other. Learned once
-    // here, so that the query is local and the Python layer needs no collective at init.
-    Status agreed = AllRanksAgree(comm_, {local_size_}, &homogeneous_);
-    if (!agreed.ok()) return agreed;
+    Status laid_out = job_.Init(comm, &setup_step_);
+    if (!laid_out.ok()) return laid_out;
   }
+  SetLogRank(job_.rank);
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
-  spin_ = static_cast<unsigned>(local_size_) <= std::thread::hardware_concurrency();
+  spin_ = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();
   SetWaitSpinAllowed(spin_);
   {
     // The host's count of waiting threads, which the waiting policy subtracts from the machine's
@@ -164,21 +150,21 @@ Status Engine::Setup(MPI_Comm comm) {
     setup_step_ = "the shared-memory count of waiting threads (needs every rank on this host)";
     void* mapped = nullptr;
     std::string why;
-    Status shared = MapSharedSegment(local_comm_, sizeof(std::atomic<int32_t>), "waiters", &mapped, &why);
+    Status shared = MapSharedSegment(job_.local_comm, sizeof(std::atomic<int32_t>), "waiters", &mapped, &why);
     if (!shared.ok()) return shared;
     if (mapped == nullptr) Log(LogLevel::INFO, "waiting threads counted per process only: " + why);
     SetHostWaiters(static_cast<std::atomic<int32_t>*>(mapped));
   }
   setup_step_ = "the doorbells in shared memory (needs every rank on this host)";
   {
-    Status rung = bell_.Init(comm_, local_comm_);
+    Status rung = bell_.Init(job_.comm, job_.local_comm);
     if (!rung.ok()) return rung;
   }
   setup_step_ = "the engine's setup after MPI_Comm_dup";
   ExecutorConfig exec;
-  exec.rank = rank_;
-  exec.local_rank = local_rank_;
-  exec.local_size = local_size_;
+  exec.rank = job_.rank;
+  exec.local_rank = job_.local_rank;
+  exec.local_size = job_.local_size;
   exec.spin = spin_;
   exec.hierarchical_allreduce = config_.hierarchical_allreduce;
   exec.hierarchical_allgather = config_.hierarchical_allgather;
@@ -186,7 +172,7 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.cma_allreduce = config_.cma_allreduce;
   exec.stall_check_s = config_.stall_check_s;
   exec.stall_shutdown_s = config_.stall_shutdown_s;
-  Status st = executor_.Init(comm_, local_comm_, cross_comm_, exec, &setup_step_);
+  Status st = executor_.Init(job_.comm, job_.local_comm, job_.cross_comm, exec, &setup_step_);
   if (!st.ok()) return st;
   st = StartAutotune();
   if (!st.ok()) return st;
@@ -198,32 +184,32 @@ Status Engine::Setup(MPI_Comm comm) {
     if (gpu_hold_.exchange(false)) bell_.RingOwn();
   });
   ProcessSet everyone;
-  everyone.comm = comm_;
-  everyone.set_rank = rank_;
-  for (int r = 0; r < size_; ++r) everyone.ranks.push_back(r);
+  everyone.comm = job_.comm;
+  everyone.set_rank = job_.rank;
+  for (int r = 0; r < job_.size; ++r) everyone.ranks.push_back(r);
   {
     std::lock_guard<std::mutex> lock(mu_);
     set_ranks_[0] = everyone.ranks;
   }
   sets_.emplace(0, std::move(everyone));
   NegotiatorConfig negotiation;
-  negotiation.rank = rank_;
-  negotiation.size = size_;
-  negotiation.local_size = local_size_;
+  negotiation.rank = job_.rank;
+  negotiation.size = job_.size;
+  negotiation.local_size = job_.local_size;
   negotiation.cache_capacity = config_.cache_capacity;
   negotiation.stall_check_s = config_.stall_check_s;
   negotiation.stall_shutdown_s = config_.stall_shutdown_s;
   negotiation.shm_negotiation = config_.shm_negotiation;
-  st = negotiator_.Init(comm_, negotiation, &setup_step_);
+  st = negotiator_.Init(job_.comm, negotiation, &setup_step_);
   if (!st.ok()) return st;
-  if (rank_ == 0 && !config_.timeline_path.empty()) {
+  if (job_.rank == 0 && !config_.timeline_path.empty()) {
     st = timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
   }
   st = StartWatchdog();
   if (!st.ok()) return st;
   SetBufferPoolLimit(config_.buffer_pool_bytes);
-  MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
+  wake_messages_.Start(job_.comm);
   last_cycle_start_ = Clock::now();
   return Status::Ok();
 }
@@ -241,12 +227,12 @@ void Engine::Teardown() {
     mine = StopFlagsLocked();
     mpi_failed = stopped_status_.code == StatusCode::INTERNAL;
   }
-  std::vector<int> everyone(static_cast<size_t>(size_), 0);
+  std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
   if (mpi_failed) {
     RecordStop(nullptr);
   } else {
     const bool exchanged = watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
-      return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, comm_);
+      return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, job_.comm);
     }) == MPI_SUCCESS;
     RecordStop(exchanged ? &everyone : nullptr);
   }
@@ -259,30 +245,14 @@ void Engine::Teardown() {
   // handles; then the NCCL communicators go.
   executor_.ShutdownDevice(stopped_status_);
   timeline_.Stop();
-  if (mpi_failed) watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(comm_); });
+  if (mpi_failed) watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
-  if (wake_recv_ != MPI_REQUEST_NULL) {
-    MPI_Cancel(&wake_recv_);
-    MPI_Wait(&wake_recv_, MPI_STATUS_IGNORE);
-  }
-  int flag = 1;
-  while (flag) {
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kWakeTag, comm_, &flag, &status);
-    if (flag) {
-      int64_t sink;
-      MPI_Recv(&sink, 1, MPI_INT64_T, status.MPI_SOURCE, kWakeTag, comm_, MPI_STATUS_IGNORE);
-    }
-  }
-  for (auto& s : wake_sends_) MPI_Wait(&s.second, MPI_STATUS_IGNORE);
-  wake_sends_.clear();
+  wake_messages_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
   for (auto& kv : sets_)
     if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
   sets_.clear();
-  MPI_Comm_free(&cross_comm_);
-  MPI_Comm_free(&local_comm_);
-  MPI_Comm_free(&comm_);
+  job_.Free();
   executor_.Release();  // the backends' MPI operators, the fusion buffer, the shared segments
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.
@@ -292,7 +262,7 @@ void Engine::Teardown() {
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 stages_.Summary(rank_).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
+                 stages_.Summary(job_.rank).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
                  static_cast<unsigned long long>(negotiator_.fused_discarded()),
                  static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(inline_cycles_),
                  negotiator_.transport(), static_cast<unsigned long long>(negotiator_.resizes()));
@@ -345,11 +315,11 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     if (set == set_ranks_.end())
       return Status::Error(StatusCode::INVALID_ARGUMENT, "process set " + std::to_string(q.process_set) +
                                                              " does not exist (tensor '" + q.name + "')");
-    if (std::find(set->second.begin(), set->second.end(), rank_) == set->second.end())
-      return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(rank_) +
+    if (std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
+      return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(job_.rank) +
                                                              " is not a member of process set " +
                                                              std::to_string(q.process_set) + " (tensor '" + q.name + "')");
-    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, size_);
+    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, job_.size);
     if (!st.ok() && failure.ok()) failure = st;
     QualifyName(&q);
   }
@@ -409,7 +379,7 @@ void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& rea
   std::vector<Request> valid;
   for (Request& q : reqs) {
     auto set = set_ranks_.find(q.process_set);
-    if (set == set_ranks_.end() || std::find(set->second.begin(), set->second.end(), rank_) == set->second.end())
+    if (set == set_ranks_.end() || std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
       continue;  // no set of ours expects this name
     QualifyName(&q);
     valid.push_back(std::move(q));
@@ -461,7 +431,7 @@ void Engine::FailAll(const Status& status) {
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
-  if (rank_ != 0) return Status::Ok();  // rank 0 writes the timeline for everyone
+  if (job_.rank != 0) return Status::Ok();  // rank 0 writes the timeline for everyone
   return timeline_.Start(path, mark_cycles);
 }
 

@@ -36,6 +36,7 @@
 #include "executor.h"
 #include "gpu_runtime.h"
 #include "handle_table.h"
+#include "job_layout.h"
 #include "latency_stages.h"
 #include "message.h"
 #include "negotiator.h"
@@ -44,12 +45,11 @@
 #include "process_set.h"
 #include "status.h"
 #include "timeline.h"
+#include "wake_messages.h"
 #include "watchdog.h"
 
 namespace collectives {
 
-// The MPI tag of the wake messages that start a cycle on idle peers (engine_wake.cc).
-constexpr int kWakeTag = 7477;
 
 struct EngineConfig {
   int64_t fusion_threshold = 128LL * 1024 * 1024;
@@ -123,13 +123,13 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // abandoned inside MPI.
   static bool ShouldFinalizeMpi() { return mpi_owner_pid_ == CurrentPid() && !any_abandoned_; }
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int local_rank() const { return local_rank_; }
-  int local_size() const { return local_size_; }
-  int cross_rank() const { return cross_rank_; }
-  int cross_size() const { return cross_size_; }
-  bool homogeneous() const { return homogeneous_; }
+  int rank() const { return job_.rank; }
+  int size() const { return job_.size; }
+  int local_rank() const { return job_.local_rank; }
+  int local_size() const { return job_.local_size; }
+  int cross_rank() const { return job_.cross_rank; }
+  int cross_size() const { return job_.cross_size; }
+  bool homogeneous() const { return job_.homogeneous; }
   int mpi_thread_level() const { return thread_level_; }
   // Turns the hierarchical algorithms (hierarchical.h) on or off from the next operation on. Every
   // rank must make the same change at the same point of its sequence of operations, with none in
@@ -233,8 +233,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);
 
   EngineConfig config_;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
-  bool homogeneous_ = true;  // every rank's local_size_ is equal (set in setup)
+  JobLayout job_;  // this process's communicators and places in the job (set in Setup)
   int thread_level_ = 0;
   bool owns_mpi_ = false;
   int owner_pid_ = 0;  // a forked child has the object but not the thread
@@ -244,9 +243,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   inline static std::atomic<bool> any_abandoned_{false};
   // What Setup is waiting for, for the init timeout's message.
   std::atomic<const char*> setup_step_{""};
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm local_comm_ = MPI_COMM_NULL;
-  MPI_Comm cross_comm_ = MPI_COMM_NULL;
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).
   Executor executor_;
   Autotuner autotune_;   // engine thread, but for state()
@@ -305,15 +301,13 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // The process sets stay here rather than in the negotiator, which only reads them: control
   // operations create and remove them during execution (engine_executor.cc), and the executor,
   // the watchdog and Teardown use them too.
-  std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on comm_
+  std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on job_.comm
   int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
   // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
   // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
   static constexpr int kQuietDoublings = 5;
   Clock::time_point last_cycle_start_;
-  int64_t wake_buf_ = 0;
-  MPI_Request wake_recv_ = MPI_REQUEST_NULL;
-  std::deque<std::pair<std::unique_ptr<int64_t>, MPI_Request>> wake_sends_;
+  WakeMessages wake_messages_;  // to and from peers on other hosts (engine_wake.cc)
   Timeline timeline_;
   // Per-stage timing of operations, only under COLLECTIVES_LATENCY_STAGES=1 (latency_stages.h).
   const bool stages_on_ = LatencyStages::Enabled();

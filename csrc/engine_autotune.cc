@@ -15,17 +15,17 @@ Status Engine::StartAutotune() {
   initial.hierarchical_allgather = hierarchy.allgather_enabled;
   AutotuneSettings settings = config_.autotune;
   settings.cache_enabled = config_.cache_capacity > 0;
-  Status st = autotune_.Start(settings, initial, rank_, hierarchy.allreduce_blocker().empty(),
+  Status st = autotune_.Start(settings, initial, job_.rank, hierarchy.allreduce_blocker().empty(),
                               hierarchy.allgather_blocker().empty());
   if (!st.ok()) return st;
   // Every rank must reach the same decision points, so the knobs that place them must agree (a
   // variable set on some ranks only): otherwise autotuning is off everywhere, as Hierarchy::Init
   // does for its knobs. One small allreduce at init, whether autotuning is on or not.
   bool agree = false;
-  st = AllRanksAgree(comm_, {autotune_.tuning() ? 1 : 0, settings.warmup_samples, settings.steps_per_sample}, &agree);
+  st = AllRanksAgree(job_.comm, {autotune_.tuning() ? 1 : 0, settings.warmup_samples, settings.steps_per_sample}, &agree);
   if (!st.ok()) return st;
   if (!agree) {
-    if (rank_ == 0)
+    if (job_.rank == 0)
       Log(LogLevel::WARNING, "COLLECTIVES_AUTOTUNE and its sample knobs (or the knobs left to tune) differ between "
                              "ranks; autotuning is off");
     autotune_.Cancel();
@@ -43,9 +43,9 @@ bool Engine::AutotuneAfterCycle(const std::vector<Response>& responses, Clock::t
   // A decision point, reached in this same cycle by every rank (autotune.h): rank 0's choice
   // reaches everyone before the next cycle, so every rank fuses, paces and picks algorithms alike.
   double packed[Autotuner::kPackedSize] = {0};
-  if (rank_ == 0) autotune_.Decide(packed);
+  if (job_.rank == 0) autotune_.Decide(packed);
   if (watchdog_.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
-        return MPI_Bcast(packed, Autotuner::kPackedSize, MPI_DOUBLE, 0, comm_);
+        return MPI_Bcast(packed, Autotuner::kPackedSize, MPI_DOUBLE, 0, job_.comm);
       }) != MPI_SUCCESS) {
     Log(LogLevel::ERROR, "broadcast of the autotuned parameters failed; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);

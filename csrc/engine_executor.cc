@@ -58,10 +58,10 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
       ProcessSet ps;
       ps.id = next_set_id_++;
       ps.ranks = ranks;
-      ps.set_rank = ps.IndexOf(rank_);
+      ps.set_rank = ps.IndexOf(job_.rank);
       // Collective over the whole job: every rank executes this response at this point.
       if (watchdog_.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
-            return MPI_Comm_split(comm_, ps.includes_me() ? 0 : MPI_UNDEFINED, rank_, &ps.comm);
+            return MPI_Comm_split(job_.comm, ps.includes_me() ? 0 : MPI_UNDEFINED, job_.rank, &ps.comm);
           }) != MPI_SUCCESS)
         return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
       if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);

@@ -32,8 +32,8 @@ void Engine::RecordStop(const std::vector<int>* everyone) {
   info.reason = stopped_status_;
   std::vector<int> asked, exiting, gave_up;
   if (everyone) {
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
+    for (int r = 0; r < job_.size; ++r) {
+      if (r == job_.rank) continue;
       const int flags = (*everyone)[static_cast<size_t>(r)];
       if (flags & kStopGaveUp) gave_up.push_back(r);
       else if (flags & kStopExiting) exiting.push_back(r);

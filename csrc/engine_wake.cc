@@ -141,36 +141,16 @@ auto Engine::NextCycleInterval() const -> Clock::duration {
   return CycleTime() * (1 << std::min(negotiator_.quiet_cycles(), kQuietDoublings));
 }
 
-bool Engine::PollWake() {
-  bool woke = false;
-  while (wake_recv_ != MPI_REQUEST_NULL) {
-    int flag = 0;
-    MPI_Test(&wake_recv_, &flag, MPI_STATUS_IGNORE);
-    if (!flag) break;
-    // A wake names the cycle its sender is entering; an older one is stale.
-    if (wake_buf_ >= static_cast<int64_t>(negotiator_.cycle())) woke = true;
-    MPI_Irecv(&wake_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kWakeTag, comm_, &wake_recv_);
-  }
-  while (!wake_sends_.empty()) {
-    int flag = 0;
-    MPI_Test(&wake_sends_.front().second, &flag, MPI_STATUS_IGNORE);
-    if (!flag) break;
-    wake_sends_.pop_front();
-  }
-  return woke;
-}
+bool Engine::PollWake() { return wake_messages_.Poll(negotiator_.cycle()); }
 
 void Engine::SendWake() {
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+  for (int peer = 0; peer < job_.size; ++peer) {
+    if (peer == job_.rank) continue;
     if (bell_.RingsPeer(peer)) {
       bell_.RingPeer(peer, negotiator_.cycle());
       continue;
     }
-    std::unique_ptr<int64_t> value(new int64_t(static_cast<int64_t>(negotiator_.cycle())));
-    MPI_Request req;
-    MPI_Isend(value.get(), 1, MPI_INT64_T, peer, kWakeTag, comm_, &req);
-    wake_sends_.emplace_back(std::move(value), req);
+    wake_messages_.Send(peer, negotiator_.cycle());
   }
 }
 

@@ -17,10 +17,10 @@ Status Engine::StartWatchdog() {
   if (config_.stall_shutdown_s <= 0) return Status::Ok();  // never fires: no thread, no exchange
   setup_step_ = "MPI_Allgather of the ranks' host names";
   std::vector<std::string> hosts;
-  Status st = MpiBackend::HostNames(comm_, &hosts);
+  Status st = MpiBackend::HostNames(job_.comm, &hosts);
   if (!st.ok()) return st;
   watchdog_.AddSet(0, sets_.at(0).ranks);
-  watchdog_.Start(config_.stall_shutdown_s, kWatchdogGraceS, rank_, std::move(hosts),
+  watchdog_.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
                   [this](const std::string& message) { OnBackendStall(message); });
   return Status::Ok();
 }
