@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <sstream>
 
+#include "rank_list.h"
+
 namespace collectives {
 namespace {
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string RankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  os << "]";
-  return os.str();
 }
 
 std::vector<int64_t> Tail(const std::vector<int64_t>& s) {
@@ -308,7 +302,7 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
     return resp;
   }
   if (!joined.empty() && first.op != OpType::ALLREDUCE) {
-    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + name + "' cannot run: ranks " + RankList(joined) +
+    resp.error = std::string(OpTypeName(first.op)) + " of tensor '" + name + "' cannot run: ranks " + BracketedRanks(joined) +
                  " have already called join(); after a join only allreduce continues (joined ranks contribute zeros).";
     return resp;
   }
@@ -330,7 +324,7 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
         resp.error = err;
       else if (std::find(members->begin(), members->end(), first.root) == members->end())
         resp.error = "BROADCAST of tensor '" + name + "': root rank " + std::to_string(first.root) +
-                     " is not a member of process set " + std::to_string(e.process_set) + " " + RankList(*members) + ".";
+                     " is not a member of process set " + std::to_string(e.process_set) + " " + BracketedRanks(*members) + ".";
       break;
     case OpType::ALLGATHER:
     case OpType::ALLTOALL:
@@ -405,7 +399,7 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
     }
     std::ostringstream os;
     os << "Stalled " << OpTypeName(op) << " of tensor '" << name << "': submitted by ranks "
-       << RankList(have) << " but not by ranks " << RankList(missing) << " for " << static_cast<int64_t>(waited)
+       << BracketedRanks(have) << " but not by ranks " << BracketedRanks(missing) << " for " << static_cast<int64_t>(waited)
        << " s. One or more ranks may be blocked, or the ranks submitted different tensors.";
     if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) {
       *shutdown = true;
@@ -423,7 +417,7 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
     std::vector<int> in, out;
     for (int r = 0; r < size_; ++r) (joined_[static_cast<size_t>(r)] ? in : out).push_back(r);
     std::ostringstream os;
-    os << "join(): ranks " << RankList(in) << " have joined and are waiting for ranks " << RankList(out) << " for "
+    os << "join(): ranks " << BracketedRanks(in) << " have joined and are waiting for ranks " << BracketedRanks(out) << " for "
        << static_cast<int64_t>(std::chrono::duration<double>(now - first_join_).count()) << " s.";
     warnings->push_back(os.str());
   }

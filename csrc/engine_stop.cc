@@ -1,7 +1,6 @@
 // Why the engine stopped, and whether init() may start another one in this process.
-#include <sstream>
-
 #include "engine.h"
+#include "rank_list.h"
 
 namespace collectives {
 namespace {
@@ -10,13 +9,6 @@ namespace {
 constexpr int kStopAsked = 1;    // this rank called shutdown()
 constexpr int kStopExiting = 2;  // ... from its process's exit
 constexpr int kStopGaveUp = 4;   // its init() timed out before this engine was set up
-
-std::string RankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  return os.str();
-}
 
 }  // namespace
 
@@ -47,9 +39,9 @@ void Engine::RecordStop(const std::vector<int>* everyone) {
   if (stopped_status_.code == StatusCode::SHUT_DOWN &&
       (!exiting.empty() || !gave_up.empty() || (!shutdown_requested_ && !asked.empty()))) {
     std::vector<std::string> parts;
-    if (!gave_up.empty()) parts.push_back(RankList(gave_up) + " gave up waiting in init() (its init timeout passed)");
-    if (!exiting.empty()) parts.push_back(RankList(exiting) + " exited");
-    if (!asked.empty()) parts.push_back(RankList(asked) + " called shutdown()");
+    if (!gave_up.empty()) parts.push_back(NamedRanks(gave_up) + " gave up waiting in init() (its init timeout passed)");
+    if (!exiting.empty()) parts.push_back(NamedRanks(exiting) + " exited");
+    if (!asked.empty()) parts.push_back(NamedRanks(asked) + " called shutdown()");
     std::string why = "collectives was shut down: ";
     for (size_t i = 0; i < parts.size(); ++i) why += (i ? " and " : "") + parts[i];
     info.reason = Status::Error(StatusCode::SHUT_DOWN, why);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine.h"
+#include "rank_list.h"
 
 namespace collectives {
 namespace {
@@ -49,12 +50,6 @@ std::vector<std::string> Lines(const std::string& record) {
     start = end + 1;
   }
   return lines;
-}
-
-std::string RankList(const std::vector<int64_t>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
 }
 
 }  // namespace
@@ -105,7 +100,7 @@ std::string LayoutMismatchMessage(const std::string& name, const std::vector<int
                       " is ";
     for (size_t g = 0; g < groups.size(); ++g) {
       if (g > 0) msg += g + 1 == groups.size() ? " but " : ", ";
-      msg += groups[g].first + " on " + RankList(groups[g].second);
+      msg += groups[g].first + " on " + NamedRanks(groups[g].second);
     }
     return msg + tail;
   }

@@ -7,25 +7,13 @@
 #include <sstream>
 
 #include "log.h"
+#include "rank_list.h"
 
 namespace collectives {
 namespace {
 
 // A report names at most this many hosts; a job of thousands of ranks still gets one line.
 constexpr size_t kMaxHostsNamed = 8;
-
-// "3", "0-3", "0, 2, 5-7"
-std::string RankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    os << (i ? ", " : "") << ranks[i];
-    if (j > i) os << (j == i + 1 ? ", " : "-") << ranks[j];
-    i = j + 1;
-  }
-  return os.str();
-}
 
 std::string Seconds(double s) {
   std::ostringstream os;
@@ -199,7 +187,7 @@ std::string Watchdog::Peers(int32_t set) const {
       os << " and " << rest << " more on " << by_host.size() - named << " more hosts";
       break;
     }
-    os << (named ? "; " : "") << RankList(g.second);
+    os << (named ? "; " : "") << RankRanges(g.second);
     if (!g.first.empty()) os << " on " << g.first;
     ++named;
   }
