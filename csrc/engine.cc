@@ -14,6 +14,7 @@
 #include "gpu_loader.h"
 #include "log.h"
 #include "shared_segment.h"
+#include "thread_name.h"
 #include "wait_policy.h"
 #include "rank_agreement.h"
 #include "validation.h"
@@ -74,6 +75,7 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
 }
 
 void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
+  NameThisThread("coll-engine");
   // Held from Setup to Teardown but while waiting for the next cycle, when a caller may run one.
   std::unique_lock<std::mutex> cycle(cycle_mu_);
   Status st = Setup(comm);

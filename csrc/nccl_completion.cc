@@ -9,6 +9,7 @@
 #include "gpu_loader.h"
 #include "log.h"
 #include "nccl_backend.h"
+#include "thread_name.h"
 
 namespace collectives {
 namespace {
@@ -141,6 +142,7 @@ Status NcclBackend::WaitForEvent(const Pending& p) {
 }
 
 void NcclBackend::CompletionLoop() {
+  NameThisThread("coll-gpu-done");
   gpu::Runtime& rt = gpu::Runtime::Get();
   cu_->CtxSetCurrent(rt.Context(device_));
   while (true) {

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "thread_name.h"
+
 namespace collectives {
 namespace {
 
@@ -52,6 +54,7 @@ void FinalizeMpiWithinTimeout() {
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> finished = done->get_future();
   std::thread finalizer([done] {
+    NameThisThread("coll-finalize");
     MPI_Finalize();
     done->set_value();
   });

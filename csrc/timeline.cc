@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "thread_name.h"
+
 namespace collectives {
 namespace {
 
@@ -116,6 +118,7 @@ void Timeline::MarkCycle() {
 }
 
 void Timeline::WriterLoop() {
+  NameThisThread("coll-timeline");
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [this] { return stop_writer_ || !queue_.empty(); });

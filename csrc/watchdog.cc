@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "rank_list.h"
+#include "thread_name.h"
 
 namespace collectives {
 namespace {
@@ -106,6 +107,7 @@ void Watchdog::RemoveSet(int32_t id) {
 }
 
 void Watchdog::Run() {
+  NameThisThread("coll-watchdog");
   using Clock = std::chrono::steady_clock;
   // A call is seen at most one check after it began: checks every second, more often for the
   // short limits of tests.

@@ -3,9 +3,10 @@
 Between cycles the engine's threads sleep on a doorbell (csrc/doorbell.h) that the rank's own
 submissions and the peers on this host ring. Rank LATE submits its allreduce WAIT_S late; the
 others submit theirs at once and then sleep in Python (the engine thread, not a caller, waits).
-Every rank counts the voluntary context switches (wake-ups after a sleep) of its threads other
-than the main one during that window, and again during an idle window with nothing in flight,
-and prints "wakeups CASE RANK COUNT"; the results are checked against numpy.
+Every rank checks that its engine thread carries its name, counts the voluntary context
+switches (wake-ups after a sleep) of its threads other than the main one during that window, and
+again during an idle window with nothing in flight, and prints "wakeups CASE RANK COUNT"; the
+results are checked against numpy.
 """
 import os
 import sys
@@ -68,6 +69,26 @@ def idle(case):
     print(f"wakeups idle {RANK} {woke}", flush=True)
 
 
+def thread_names():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append((int(tid), f.read().strip()))
+        except FileNotFoundError:  # a thread that ended
+            pass
+    return names
+
+
+def engine_thread_named():
+    """The engine's thread is named (csrc/thread_name.h), so that top -H and debuggers tell it from
+    the framework's threads; the caller's thread keeps its own name."""
+    names = thread_names()
+    assert [n for _, n in names].count("coll-engine") >= 1, names
+    assert dict(names)[MAIN] != "coll-engine", names
+
+
+checker.check("the engine thread is named coll-engine", engine_thread_named)
 for late in range(SIZE):
     late_peer(100 + late, late)
 idle(200)
