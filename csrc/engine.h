@@ -5,9 +5,10 @@
 //
 // The engine thread's work is split between objects of its own, each with a narrow interface:
 // a Negotiator decides what runs in each cycle (negotiator.h), an Executor runs it on the
-// backends (executor.h), and a Watchdog times the blocking backend calls (watchdog.h). The
-// engine keeps what ties them together: the submission queue and handles, the process sets, the
-// timeline, the waking between cycles, and the stop.
+// backends (executor.h), and a Watchdog times the blocking backend calls (watchdog.h). Where
+// this rank sits in the job is a JobLayout (job_layout.h), and the wake messages to other hosts
+// are WakeMessages (wake_messages.h). The engine keeps what ties them together: the submission
+// queue and handles, the process sets, the timeline, the waking between cycles, and the stop.
 //
 // Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
 // peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
@@ -19,7 +20,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <future>
 #include <memory>
@@ -49,7 +49,6 @@
 #include "watchdog.h"
 
 namespace collectives {
-
 
 struct EngineConfig {
   int64_t fusion_threshold = 128LL * 1024 * 1024;
