@@ -82,22 +82,41 @@ def make_model(width, seed):
                              keras.layers.Dense(width, activation="relu"), keras.layers.Dense(10)])
 
 
-def fit_step_times(width, variant, x, y, args):
+def timed_fit(width, variant, x, y, args, more_callbacks=()):
+    """One fit of ``variant`` (see the module docstring) from the same initial weights, behind a
+    barrier; returns its StepTimer."""
     model = make_model(width, seed=0)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     if variant in ("distributed", "py_function"):
         optimizer = hvd.DistributedOptimizer(optimizer)
-    engine_ops.set_enabled(variant != "py_function")
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     timer = StepTimer()
-    callbacks = [timer]
+    callbacks = [timer, *more_callbacks]
     if variant == "raw in fit":
         callbacks.insert(0, RawAllreduceEachStep(model.count_params()))
     hvd.barrier()
     model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+    return timer
+
+
+def fit_step_times(width, variant, x, y, args):
+    engine_ops.set_enabled(variant != "py_function")
+    timer = timed_fit(width, variant, x, y, args)
     periods = np.diff(timer.ends)[args.warmup:]
     cpu = np.diff(timer.cpu)[args.warmup:]
     return float(np.median(periods)), float(np.median(cpu))
+
+
+def init_with_data(args):
+    """hvd.init(), TensorFlow's threads (the cores shared by the local ranks, as in the examples)
+    and this rank's inputs for --steps batches; returns (threads per rank, x, y)."""
+    hvd.init()
+    threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    rng = np.random.default_rng(hvd.rank())
+    n = args.steps * args.batch_size
+    return threads, rng.normal(size=(n, 784)).astype(np.float32), rng.integers(0, 10, size=n)
 
 
 def allreduce_times(model, reps=30):
@@ -141,14 +160,7 @@ def main():
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]
-    hvd.init()
-    threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    rng = np.random.default_rng(hvd.rank())
-    n = args.steps * args.batch_size
-    x = rng.normal(size=(n, 784)).astype(np.float32)
-    y = rng.integers(0, 10, size=n)
+    threads, x, y = init_with_data(args)
 
     variants = [v for v in VARIANTS if v == "plain" or v in args.variants]
     if hvd.rank() == 0:

@@ -26,10 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import collectives.keras as hvd  # noqa: E402
-from keras_fit_overhead import RawAllreduceEachStep, StepTimer, make_model  # noqa: E402
+from keras_fit_overhead import init_with_data, timed_fit  # noqa: E402
 
 VARIANTS = ("plain", "raw in fit", "distributed")
 
@@ -92,31 +91,14 @@ def main():
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     args = parser.parse_args()
 
-    hvd.init()
-    threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    rng = np.random.default_rng(hvd.rank())
-    n = args.steps * args.batch_size
-    x = rng.normal(size=(n, 784)).astype(np.float32)
-    y = rng.integers(0, 10, size=n)
+    threads, x, y = init_with_data(args)
     if hvd.rank() == 0:
         print(f"# {hvd.size()} ranks, {threads} TF threads per rank, MLP 784-{args.width}-{args.width}-10, "
               f"batch {args.batch_size}, {args.steps} steps per fit; load average {os.getloadavg()[0]:.2f}")
     for repeat in range(args.repeats):
         for variant in args.variants:
-            model = make_model(args.width, seed=0)
-            optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-            if variant == "distributed":
-                optimizer = hvd.DistributedOptimizer(optimizer)
-            model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-            timer = StepTimer()
             around = ThreadTimesAround(args.warmup)
-            callbacks = [timer, around]
-            if variant == "raw in fit":
-                callbacks.insert(0, RawAllreduceEachStep(model.count_params()))
-            hvd.barrier()
-            model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+            timer = timed_fit(args.width, variant, x, y, args, [around])
             kinds = per_step(around.at_first, around.at_last, around.last_step - args.warmup)
             ms = np.diff(timer.ends)[args.warmup:] * 1e3
             if hvd.rank() == 0:
