@@ -2,7 +2,7 @@
 (gloo) step slow down when one extra process spins on a core, as a data loader worker would.
 
     .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/busy_machine_bench.py
-        [--model mlp] [--batch-size 64] [--rounds 10] [--steps 10] [--warmup-steps 5] [--json PATH]
+        [--model mlp] [--modes collectives,none,ddp,raw,barrier] [--batch-size 64] [--rounds 10] [--steps 10] [--warmup-steps 5] [--json PATH]
 
 The spinner is one process (`while True: pass`) started by rank 0 at the beginning, paused
 (SIGSTOP) for the quiet phases, resumed (SIGCONT) for the busy ones, and killed at the end; it
@@ -10,7 +10,10 @@ dies with rank 0 however rank 0 ends (PR_SET_PDEATHSIG), so it never outlives th
 is not pinned: the scheduler places it, as it would a data loader.
 
 Method: the models are built once per mode (benchmarks/small_models.py: collectives, ddp, and
-none = no communication, which shows how much the compute alone slows down). Every round has a
+none = no communication, which shows how much the compute alone slows down; raw = one raw
+mpi4py Allreduce of the flattened gradients after backward, the raw-MPI reference; barrier = no
+communication but one raw mpi4py Barrier per step, which shows what keeping two ranks in step
+costs on a busy machine with no data moved). Every round has a
 quiet and a busy phase, in an order that alternates between rounds; within a phase each mode
 runs --steps steps behind a barrier, in an order that rotates. A step's time is the slowest
 rank's time for the block / --steps. Reported: the median step time per mode and phase over
@@ -36,7 +39,7 @@ import torch  # noqa: E402
 
 import collectives.torch as hvd  # noqa: E402
 from machine_info import describe_load, describe_machine, load_average, utc_now  # noqa: E402
-from small_models import MODE_LABELS, MODEL_LABELS, MODES, make_training_step  # noqa: E402
+from small_models import MODE_LABELS, MODEL_LABELS, MODES, REFERENCE_MODES, make_training_step  # noqa: E402
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -74,6 +77,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    parser.add_argument("--modes", default=",".join(MODES + REFERENCE_MODES),
+                        help="comma-separated, from " + ", ".join(MODES + REFERENCE_MODES))
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--rounds", type=int, default=10, help="each round: one quiet and one busy phase")
     parser.add_argument("--steps", type=int, default=10, help="steps per mode per phase")
@@ -125,7 +130,7 @@ def report(args, times, other_cpu, share, loads):
           f"{args.rounds} rounds x {args.steps} steps per mode and phase")
     if share is not None:
         print(f"the spinner had {share:.0%} of a core while busy (its CPU time / the busy phases' wall time)")
-    head = (f"{'mode':<34} {'quiet ms/step':>13} {'busy ms/step':>13} {'slowdown':>9} {'(min-max)':>13} "
+    head = (f"{'mode':<36} {'quiet ms/step':>13} {'busy ms/step':>13} {'slowdown':>9} {'(min-max)':>13} "
             f"{'other threads CPU ms/step quiet, busy':>38}")
     print(head + "\n" + "-" * len(head))
     rows = {}
@@ -137,7 +142,7 @@ def report(args, times, other_cpu, share, loads):
                       "other_cpu_quiet_ms": statistics.median(other_cpu["quiet"][mode]) * 1e3,
                       "other_cpu_busy_ms": statistics.median(other_cpu["busy"][mode]) * 1e3}
         cpu = f"{rows[mode]['other_cpu_quiet_ms']:.1f}, {rows[mode]['other_cpu_busy_ms']:.1f}"
-        print(f"{MODE_LABELS[mode]:<34} {rows[mode]['quiet_ms']:>13.2f} {rows[mode]['busy_ms']:>13.2f} "
+        print(f"{MODE_LABELS[mode]:<36} {rows[mode]['quiet_ms']:>13.2f} {rows[mode]['busy_ms']:>13.2f} "
               f"{rows[mode]['slowdown']:>8.2f}x {f'({min(ratios):.2f}-{max(ratios):.2f})':>13} {cpu:>38}")
     print("medians over rounds; slowdown = median of same-round busy/quiet ratios; other threads CPU = CPU time "
           "per step of the threads other than the training thread (engine, MPI, gloo), the largest rank's")
@@ -158,7 +163,7 @@ def main():
         print(f"busy-machine benchmark: {describe_machine()}; {utc_now()}", flush=True)
     loads_start = load_average()
     steps = {}
-    for mode in MODES:
+    for mode in args.modes.split(","):
         steps[mode] = make_training_step(mode, args.model, args.batch_size)
         hvd.barrier()
         for _ in range(args.warmup_steps):

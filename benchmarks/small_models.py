@@ -1,4 +1,4 @@
-"""Small torch models and their training step in three modes, for the benchmarks whose steps
+"""Small torch models and their training step in several modes, for the benchmarks whose steps
 must be short enough to repeat many times on a 2-core machine (benchmarks/plot_training.py,
 benchmarks/busy_machine_bench.py):
 
@@ -9,6 +9,13 @@ benchmarks/busy_machine_bench.py):
   collectives  hvd.DistributedOptimizer(named_parameters=...) after broadcasting rank 0's state
   none         the plain optimizer: no communication (the upper bound on throughput)
   ddp          torch DistributedDataParallel on gloo
+and two references (benchmarks/busy_machine_bench.py runs them):
+  raw          raw mpi4py: one in-place Allreduce of all the gradients, flattened into one
+               buffer after backward, then averaged (the raw-MPI row of issue 14's table)
+  barrier      no communication but one raw mpi4py Barrier per step: what keeping the ranks in
+               step costs with no data moved, waiting as MPICH does (polling on the core)
+  gloo_barrier the same with torch.distributed's gloo barrier, whose wait blocks in the kernel
+               (on its TCP socket) as DDP's does
 """
 import os
 import sys
@@ -24,8 +31,11 @@ import collectives.torch as hvd  # noqa: E402
 from pytorch_synthetic_benchmark import init_gloo  # noqa: E402  (gloo rendezvous on loopback)
 
 MODES = ("collectives", "none", "ddp")
+REFERENCE_MODES = ("raw", "barrier", "gloo_barrier")
 MODE_LABELS = {"collectives": "collectives DistributedOptimizer", "none": "no communication",
-               "ddp": "torch DDP (gloo)"}
+               "ddp": "torch DDP (gloo)", "raw": "raw mpi4py allreduce after backward",
+               "barrier": "no communication + an MPI barrier",
+               "gloo_barrier": "no communication + a gloo barrier"}
 
 
 class MLP(nn.Module):
@@ -65,15 +75,55 @@ def make_training_step(mode, model_name, batch_size=64):
     elif mode == "ddp":
         init_gloo()
         model = nn.parallel.DistributedDataParallel(model)
+    elif mode in REFERENCE_MODES:
+        return _reference_step(mode, model, optimizer, *_batch(batch_size))
     elif mode != "none":
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-    generator = torch.Generator().manual_seed(hvd.rank())
-    data = torch.randn(batch_size, 1, 28, 28, generator=generator)
-    target = torch.randint(0, 10, (batch_size,), generator=generator)
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES + REFERENCE_MODES}")
+    data, target = _batch(batch_size)
 
     def step():
         optimizer.zero_grad()
         F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+
+    return step
+
+
+def _batch(batch_size):
+    """This rank's synthetic batch (different on every rank)."""
+    generator = torch.Generator().manual_seed(hvd.rank())
+    data = torch.randn(batch_size, 1, 28, 28, generator=generator)
+    target = torch.randint(0, 10, (batch_size,), generator=generator)
+    return data, target
+
+
+def _reference_step(mode, model, optimizer, data, target):
+    """The references: no engine; mpi4py's or gloo's calls made on the training thread."""
+    from mpi4py import MPI
+    import torch.distributed as dist
+
+    if mode == "gloo_barrier":
+        init_gloo()
+
+    comm = MPI.COMM_WORLD
+    params = [p for p in model.parameters()]
+    flat = torch.zeros(sum(p.numel() for p in params))
+
+    def step():
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        if mode == "raw":
+            torch.cat([p.grad.reshape(-1) for p in params], out=flat)
+            comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
+            flat.div_(comm.Get_size())
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        elif mode == "barrier":
+            comm.Barrier()
+        else:
+            dist.barrier()
         optimizer.step()
 
     return step
