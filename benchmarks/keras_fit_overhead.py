@@ -4,7 +4,7 @@ without it, measured in one run.
     .venv/bin/mpirun -np 2 .venv/bin/python benchmarks/keras_fit_overhead.py [--steps 60] [--repeats 3]
 
 For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alternates
-``--repeats`` times between three fits from the same initial weights on the same data:
+``--repeats`` times between these fits from the same initial weights on the same data:
   plain        model.fit with the bare Keras optimizer (no communication at all)
   distributed  model.fit with DistributedOptimizer: the gradients reduced by the engine's own
                TensorFlow op (csrc/tensorflow_kernels.cc: packed into one flat buffer, reduced
@@ -13,6 +13,9 @@ For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alte
   raw in fit   the plain fit with one raw mpi4py Allreduce(IN_PLACE) of the gradient bytes after
                every step (a callback): what moving those bytes costs inside training on this
                machine, with no framework integration at all
+  raw in graph raw mpi4py at the op's place in the step: the optimizer's apply flattens the
+               gradients, averages them with one Allreduce(IN_PLACE) inside a tf.numpy_function
+               (on TensorFlow's thread, while the step runs), and applies them
 A step's time is the interval between consecutive ``on_train_batch_end`` calls; the first
 --warmup steps of each fit (tracing) are dropped. Reported: the median step time of each
 variant (median over ranks of each rank's median), the difference, and the ratio; and the
@@ -46,7 +49,7 @@ import collectives.keras as hvd  # noqa: E402
 from collectives.adapters.tensorflow import engine_ops  # noqa: E402
 
 
-VARIANTS = ("plain", "raw in fit", "distributed", "py_function")
+VARIANTS = ("plain", "raw in fit", "distributed", "py_function", "raw in graph")
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -76,6 +79,29 @@ class RawAllreduceEachStep(keras.callbacks.Callback):
         MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, self.flat, op=MPI.SUM)
 
 
+def _raw_average(flat):
+    """In a tf.numpy_function: the ranks' mean of ``flat`` by one raw mpi4py Allreduce."""
+    from mpi4py import MPI
+
+    out = np.array(flat)  # numpy_function's input may be read-only
+    MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+    out /= MPI.COMM_WORLD.Get_size()
+    return out
+
+
+class RawInGraphSGD(keras.optimizers.SGD):
+    """SGD whose apply first averages the gradients over the ranks with raw mpi4py, inside the
+    step's graph where DistributedOptimizer's op runs (the "raw in graph" variant)."""
+
+    def apply(self, grads, trainable_variables=None):
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+        reduced = tf.numpy_function(_raw_average, [flat], tf.float32, stateful=True)
+        reduced.set_shape(flat.shape)
+        parts = tf.split(reduced, [int(np.prod(g.shape)) for g in grads])
+        return super().apply([tf.reshape(p, g.shape) for p, g in zip(parts, grads)], trainable_variables)
+
+
 def make_model(width, seed):
     keras.utils.set_random_seed(seed)
     return keras.Sequential([keras.Input((784,)), keras.layers.Dense(width, activation="relu"),
@@ -86,7 +112,7 @@ def timed_fit(width, variant, x, y, args, more_callbacks=()):
     """One fit of ``variant`` (see the module docstring) from the same initial weights, behind a
     barrier; returns its StepTimer."""
     model = make_model(width, seed=0)
-    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    optimizer = (RawInGraphSGD if variant == "raw in graph" else keras.optimizers.SGD)(0.01, momentum=0.9)
     if variant in ("distributed", "py_function"):
         optimizer = hvd.DistributedOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -166,7 +192,8 @@ def main():
     if hvd.rank() == 0:
         print(f"# {hvd.size()} ranks, {threads} TF threads per rank, batch {args.batch_size} per rank, "
               f"{args.steps} steps per fit ({args.warmup} dropped), {args.repeats} alternating repeats")
-        print(f"{'model':>22} {'params':>9} {'plain ms':>9} {'raw-in-fit ms':>14} {'op ms':>7} {'py_fn ms':>9} "
+        print(f"{'model':>22} {'params':>9} {'plain ms':>9} {'raw-in-fit ms':>14} {'raw-in-graph ms':>16} "
+              f"{'op ms':>7} {'py_fn ms':>9} "
               f"{'overhead op':>12} "
               f"{'overhead py_fn':>15} {'cpu+ op':>8} {'cpu+ py_fn':>10} {'raw ms':>7} {'flat ms':>8} "
               f"{'grouped ms':>10} {'op-raw':>7} {'py_fn-raw':>10}")
@@ -190,12 +217,14 @@ def main():
         over = {v: step[v] - step["plain"] for v in VARIANTS}
         if hvd.rank() == 0:
             print(f"{'MLP 784-%d-%d-10' % (width, width):>22} {params:>9} {step['plain']:>9.2f} "
-                  f"{step['raw in fit']:>14.2f} {step['distributed']:>7.2f} {step['py_function']:>9.2f} {over['distributed']:>12.2f} "
+                  f"{step['raw in fit']:>14.2f} {step['raw in graph']:>16.2f} {step['distributed']:>7.2f} "
+                  f"{step['py_function']:>9.2f} {over['distributed']:>12.2f} "
                   f"{over['py_function']:>15.2f} {cpu_added['distributed']:>8.2f} {cpu_added['py_function']:>10.2f} "
                   f"{raw:>7.2f} {packed:>8.2f} {grouped:>10.2f} {over['distributed'] - raw:>7.2f} "
                   f"{over['py_function'] - raw:>10.2f}", flush=True)
     if hvd.rank() == 0:
         print(f"# raw-in-fit: plain fit with a raw mpi4py Allreduce of the gradient bytes after each step; "
+              f"raw-in-graph: the gradients averaged by a raw mpi4py Allreduce in a tf.numpy_function in the step; "
               f"op: DistributedOptimizer through the engine's TensorFlow op; py_fn: through tf.py_function; "
               f"overhead: step time over plain; raw: one mpi4py Allreduce(IN_PLACE) of all gradient bytes; flat: "
               f"collectives.allreduce_ of them; grouped: collectives.grouped_allreduce_ of one array per weight; "
