@@ -86,9 +86,11 @@ Status ValidateSubmission(Request* request, bool has_buffers, const std::vector<
       if (__builtin_add_overflow(total, x, &total))
         return Status::Error(StatusCode::INVALID_ARGUMENT, "alltoall splits sum to more than 2^63 - 1" + where);
     }
-    if (total != dim0)
+    // Fewer rows than the tensor has are allowed, as in Horovod: the rows after the splits' sum
+    // are not sent (and get a zero gradient).
+    if (total > dim0)
       return Status::Error(StatusCode::INVALID_ARGUMENT,
-                           "alltoall splits sum to " + std::to_string(total) + " but the first dimension is " +
+                           "alltoall splits sum to " + std::to_string(total) + ", more than the first dimension " +
                                std::to_string(dim0) + where);
   }
   const bool engine_allocates = q.op == OpType::ALLGATHER || q.op == OpType::ALLTOALL || q.op == OpType::BARRIER;

@@ -137,6 +137,9 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
         def grad(dy, _d_splits):
             back, _ = raw.alltoall(dy, received_splits, _grad_name(name), process_set)
+            # Rows after the splits' sum were not sent: zeros (as many as x has beyond back's).
+            unsent = tf.shape(x)[0] - tf.shape(back)[0]
+            back = tf.concat([back, tf.zeros(tf.concat([[unsent], tf.shape(back)[1:]], 0), back.dtype)], 0)
             return tf.reshape(back, tf.shape(x))
         return (out, received_splits), grad
 

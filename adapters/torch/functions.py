@@ -117,7 +117,8 @@ class BroadcastFn(torch.autograd.Function):
 
 
 class AlltoallFn(torch.autograd.Function):
-    """dx = alltoall(dy) with the received splits (the rows go back where they came from)."""
+    """dx = alltoall(dy) with the received splits (the rows go back where they came from); rows
+    after the splits' sum were not sent and get zeros."""
 
     @staticmethod
     def forward(ctx, tensor, splits, name, ps):
@@ -125,12 +126,16 @@ class AlltoallFn(torch.autograd.Function):
         ctx.received_splits = received_splits
         ctx.name = name
         ctx.ps = ps
+        ctx.input_rows = tensor.shape[0] if tensor.dim() else 1
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
 
     @staticmethod
     def backward(ctx, grad_output, _grad_splits):
         grad, _ = raw.alltoall(grad_output, ctx.received_splits, _grad_name(ctx.name), ctx.ps)
+        unsent = ctx.input_rows - grad.shape[0]
+        if unsent > 0:
+            grad = torch.cat([grad, grad.new_zeros((unsent,) + tuple(grad.shape[1:]))])
         return grad, None, None, None
 
 

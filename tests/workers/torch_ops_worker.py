@@ -319,7 +319,8 @@ def fam_backward():
 
             @case(label)
             def _():
-                refs, ts = inputs(label, lambda r: (sum(a2a_splits(label, r)), 2), dt)
+                # One row more than the splits send: not sent, so its gradient is zero.
+                refs, ts = inputs(label, lambda r: (sum(a2a_splits(label, r)) + 1, 2), dt)
                 n_out = [sum(a2a_splits(label, q)[r] for q in range(S)) for r in range(S)]
                 wrefs = [rank_input(seed(label + "w"), r, (n_out[r], 2), np.float64) for r in range(S)]
                 x = ts[R].clone().requires_grad_()
@@ -332,7 +333,7 @@ def fam_backward():
                     counts = [a2a_splits(label, p)[q] for p in range(S)]
                     start = sum(counts[:R])
                     grad.append(wrefs[q][start:start + counts[R]])
-                check(x.grad, np.concatenate(grad), dt, what="grad")
+                check(x.grad, np.concatenate(grad + [np.zeros((1, 2))]), dt, what="grad")
 
             for opname, pre, post in (("Sum", 1.0, 1.0), ("Average", 1.0, 1.0), ("Average", 2.0, 0.5)):
                 label = f"backward reducescatter {opname} {pre} {post} {tag}"
