@@ -29,6 +29,7 @@ _final_stop = None  # why collectives cannot start again in this process (None: 
 # parent's) for rank() and friends, and the parent's pid for the error message.
 _parent_engine = None
 _parent_pid = None
+_ever_started = False  # an engine has started in this process (or its forking parent): mpi_enabled()
 
 
 # What the layers above want done each time the engine starts or stops (process sets register
@@ -99,7 +100,7 @@ def _let_engine_initialize_mpi():
 
 
 def _start_engine(comm):
-    global _engine, _atexit_registered, _owner_pid, _final_stop
+    global _engine, _atexit_registered, _owner_pid, _final_stop, _ever_started
     with _lock:
         if _parent_pid is not None:
             raise _forked_error()
@@ -135,6 +136,7 @@ def _start_engine(comm):
             raise StallTimeoutError(message)
         raise_for_status(code, message)
         _engine = engine
+        _ever_started = True
         framework_threads.apply(values["framework_threads"], engine.local_size)
         return True  # started now
 
@@ -266,7 +268,9 @@ def mpi_built():
 
 
 def mpi_enabled():
-    return True
+    """True once ``init()`` has started MPI in this process (and after ``shutdown()``), as
+    Horovod's, whose MPI controller is enabled by its first ``init()``; False before it."""
+    return _ever_started
 
 
 def gloo_built():

@@ -44,10 +44,16 @@ class CastCompressor(Compressor):
 
     @classmethod
     def compress(cls, tensor):
+        # ctx is the input's dtype whatever it is, as Horovod's (code that inspects ctx sees the
+        # same value); only floating-point tensors are cast.
         if cls.is_float(tensor.dtype) and tensor.dtype != cls.wire_dtype:
             return cls.cast(tensor, cls.wire_dtype), tensor.dtype
-        return tensor, None
+        return tensor, tensor.dtype
 
     @classmethod
     def decompress(cls, tensor, ctx):
-        return tensor if ctx is None else cls.cast(tensor, ctx)
+        # ctx None: a ctx from before ctx was always the dtype (or a caller's own); integers
+        # were never cast, and a tensor already of its dtype needs no cast.
+        if ctx is None or not cls.is_float(ctx) or tensor.dtype == ctx:
+            return tensor
+        return cls.cast(tensor, ctx)

@@ -27,8 +27,15 @@ class DuplicateNameError(InvalidArgumentError):
     """A collective with the same name is still in flight."""
 
 
-class UnsupportedTypeError(CollectivesError, TypeError):
-    """The data type cannot be used for this operation."""
+class UnsupportedTypeError(CollectivesError, ValueError, TypeError):
+    """The data type cannot be used for this operation. A ValueError, the type Horovod raises
+    for an unsupported dtype, and a TypeError, which the TensorFlow face's callers expect."""
+
+
+class UnregisteredProcessSetError(InvalidArgumentError, TypeError):
+    """A collective got a ProcessSet that is not registered (never added, or removed). Horovod
+    passes the set's ``process_set_id`` of None to its extension, which raises TypeError; this
+    keeps that type and our clear message (and stays an InvalidArgumentError)."""
 
 
 class NotSupportedError(CollectivesError, NotImplementedError):

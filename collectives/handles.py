@@ -1,6 +1,6 @@
 """Handles of asynchronous operations: ``poll`` and ``synchronize``."""
 from . import basics
-from .errors import InvalidArgumentError, raise_for_status
+from .errors import ArgumentTypeError, InvalidArgumentError, raise_for_status
 
 # Handles not yet synchronized. Holding them here keeps the arrays the engine reads and
 # writes alive even if the caller drops its handle (the engine never touches Python objects).
@@ -14,7 +14,7 @@ class Handle:
     synchronized, so they cannot be freed under it.
     """
 
-    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_error", "_done", "_outcomes")
+    __slots__ = ("_engine", "_ids", "_finish", "_keep_alive", "_result", "_error", "_done", "_outcomes", "_released")
 
     def __init__(self, engine, ids, finish, keep_alive):
         self._engine = engine
@@ -25,9 +25,15 @@ class Handle:
         self._error = None
         self._done = False
         self._outcomes = []  # of the ids collected so far
+        self._released = False  # a public synchronize() of Horovod's faces consumed it (see release_after_wait)
 
     def poll(self):
         return self._done or all(self._engine.poll(i) for i in self._ids)
+
+    def _finished(self):
+        """True once a wait has collected the operation's outcome (a result or its error); an
+        interrupted wait leaves it False."""
+        return self._done
 
     def wait(self):
         if self._done:
@@ -60,8 +66,39 @@ class Handle:
 
 def _check(handle):
     if not isinstance(handle, Handle):
-        raise InvalidArgumentError(f"expected a handle returned by an *_async call, got {type(handle).__name__}")
+        raise ArgumentTypeError(f"expected a handle returned by an *_async call, got {type(handle).__name__}")
     return handle
+
+
+def released_error(handle):
+    """What ``poll`` raises for a handle a public ``synchronize`` already released (Horovod's
+    ValueError and message)."""
+    return InvalidArgumentError(f"Handle {handle!r} was not created or has been cleared.")
+
+
+def release_after_wait(handle):
+    """Horovod's public ``synchronize(handle)``: wait and return the result, then release the
+    handle, so a second ``synchronize`` returns None and ``poll`` raises ValueError. A failed
+    operation is released too (its error is raised once, as in Horovod). A wait interrupted by
+    a signal handler (Ctrl-C) does not release it: a later synchronize returns the result.
+    The handle's own ``wait()``, which internal callers use, keeps returning the result."""
+    if handle._released:
+        return None
+    try:
+        result = handle.wait()
+    except BaseException:
+        if handle._finished():
+            handle._released = True
+        raise
+    handle._released = True
+    return result
+
+
+def poll_unreleased(handle):
+    """Horovod's public ``poll``: raises ValueError once ``synchronize`` released the handle."""
+    if handle._released:
+        raise released_error(handle)
+    return handle.poll()
 
 
 def poll(handle):

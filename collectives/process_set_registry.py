@@ -4,7 +4,7 @@ that need the ops layer; they live one layer up, in process_sets.py, so that the
 this module without a cycle.
 """
 from . import basics
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError, UnregisteredProcessSetError
 
 _registered = {}  # id -> ProcessSet, for the running engine
 
@@ -37,9 +37,12 @@ class ProcessSet:
         return None if self.process_set_id is None else len(self.ranks)
 
     def rank(self):
-        """This process's position within the set (None outside it, or not registered)."""
-        if self.process_set_id is None or not self.included():
+        """This process's position within the set (None while not registered). A process
+        outside the set gets ValueError, as in Horovod (whose engine reports a foreign set)."""
+        if self.process_set_id is None:
             return None
+        if not self.included():
+            raise InvalidArgumentError("Process is not part of provided process set.")
         return self.ranks.index(basics.rank())
 
     def included(self):
@@ -79,9 +82,9 @@ def process_set_id(process_set):
     if process_set is None or process_set is global_process_set:
         return 0
     if not isinstance(process_set, ProcessSet):
-        raise InvalidArgumentError(f"process_set must be a ProcessSet, not {type(process_set).__name__}")
+        raise ArgumentTypeError(f"process_set must be a ProcessSet, not {type(process_set).__name__}")
     if process_set.process_set_id is None:
-        raise InvalidArgumentError(f"{process_set!r} is not registered; call add_process_set() on every rank first")
+        raise UnregisteredProcessSetError(f"{process_set!r} is not registered; call add_process_set() on every rank first")
     return process_set.process_set_id
 
 

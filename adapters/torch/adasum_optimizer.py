@@ -26,7 +26,8 @@ from collectives.process_set_registry import process_set_id
 
 from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks
-from .tensors import synchronize, to_numpy
+from .tensors import to_numpy
+from .tensors import wait as synchronize  # internal handles: waited on without releasing them
 
 __all__ = ["distributed_adasum_optimizer"]
 

@@ -10,16 +10,19 @@ requires a gradient gets a zero gradient (sparse for ``torch.optim.SparseAdam``,
 parameters of sparse ``nn.Embedding``/``nn.EmbeddingBag`` modules of ``model``) and the
 wrapped optimizer takes one step. Unlike Horovod, the parameters are put back as they were
 after that step: an optimizer with weight decay would otherwise shrink them, and a broadcast
-of optimizer state should not move the model.
+of optimizer state should not move the model. An optimizer that still has no state after
+that step (SGD without momentum) is stateless: as in Horovod, nothing is broadcast, not even
+``param_groups``.
 """
 import torch
 
 from collectives import basics, objects
 from collectives import ops as core
-from collectives.errors import InvalidArgumentError
+from collectives.errors import ArgumentTypeError, InvalidArgumentError
 
 from .mpi_ops import check_process_set
-from .tensors import synchronize, to_numpy
+from .tensors import to_numpy
+from .tensors import wait as synchronize  # internal handles: waited on without releasing them
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -36,6 +39,11 @@ def broadcast_parameters(params, root_rank, process_set=None):
     check_process_set(process_set)
     if isinstance(params, dict):
         items = sorted(params.items())
+    elif isinstance(params, (torch.Tensor, str, bytes)) or not hasattr(params, "__iter__"):
+        # A local mistake (Horovod: ValueError): raised here before any collective call, so
+        # every rank making the same call raises it alike. A bare tensor would iterate its rows.
+        raise ArgumentTypeError(f"broadcast_parameters takes a state_dict()-like mapping or an iterable of "
+                                f"(name, tensor) pairs or tensors, not {type(params).__name__}")
     else:
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     _agree_with_root(items, root_rank, process_set)
@@ -174,6 +182,11 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
     if len(optimizer.state_dict()["state"]) == 0:
         _initialize_state(optimizer, sparse)
     state_dict = optimizer.state_dict()
+    if len(state_dict["state"]) == 0:
+        # Still no state: a stateless optimizer (SGD without momentum). Horovod returns here
+        # without broadcasting anything, so each rank keeps its own param_groups (its own lr);
+        # so do we, for the same results and the same collective calls.
+        return
     is_root = basics.rank() == root_rank
     desc = None
     if is_root:

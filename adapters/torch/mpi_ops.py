@@ -25,12 +25,13 @@ from .functions import (
     ReducescatterFn,
     needs_graph,
 )
-from .tensors import poll, synchronize  # noqa: F401 - re-exported
+from .tensors import poll, synchronize  # noqa: F401 - re-exported (the public ones, which release handles)
+from .tensors import wait as _wait
 
 
 def check_process_set(process_set):
     """Raises unless ``process_set`` is usable here (registered, and this rank a member)."""
-    if process_set_id(process_set) != 0 and not process_set.included():
+    if process_set_id(process_set) != 0 and not process_set.included():  # an unregistered set raises in process_set_id
         raise ValueError(f"rank {basics.rank()} is not a member of {process_set!r}")
     return process_set
 
@@ -109,8 +110,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    return _wait(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                          process_set))  # a tuple of the tensors, as Horovod
 
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
@@ -137,14 +138,14 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Start allgathers of a list of tensors, negotiated together; ``synchronize`` returns the list."""
+    """Start allgathers of a list of tensors, negotiated together; ``synchronize`` returns a tuple (Horovod's)."""
     check_process_set(process_set)
     return raw.grouped_allgather_async(tensors, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     check_process_set(process_set)
-    return list(GroupedAllgatherFn.apply(name, process_set, *tensors))
+    return tuple(GroupedAllgatherFn.apply(name, process_set, *tensors))  # a tuple, as Horovod
 
 
 # ---------------------------------------------------------------- broadcast
@@ -167,7 +168,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast (no autograd); returns ``tensor``."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _wait(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # ---------------------------------------------------------------- alltoall
@@ -208,7 +209,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                                 postscale_factor=1.0):
-    """Start reducescatters of a list of tensors, negotiated together; ``synchronize`` returns the list."""
+    """Start reducescatters of a list of tensors, negotiated together; ``synchronize`` returns a tuple."""
     check_process_set(process_set)
     return raw.grouped_reducescatter_async(tensors, Average if op is None else op, name, prescale_factor,
                                            postscale_factor, process_set)

@@ -8,7 +8,10 @@ import torch
 from collectives import ops as _ops
 from collectives.process_sets import set_size
 
-from .tensors import TorchHandle, from_numpy, synchronize, to_numpy
+# wait, not the public synchronize: that one releases the handle (Horovod's), these wait once
+# on handles of their own and need nothing else.
+from .tensors import TorchHandle, from_numpy, to_numpy
+from .tensors import wait as synchronize
 
 
 def _same_tensor(tensor):
@@ -52,14 +55,15 @@ def grouped_allreduce_async(tensors, op, name=None, prescale_factor=1.0, postsca
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_allreduce") for t in tensors]
     h = _ops.grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor, process_set)
-    return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
+    # A tuple, as Horovod's grouped handles give (its grouped_allreduce makes a list of it).
+    return TorchHandle(h, lambda results: tuple(from_numpy(r) for r in results), tensors)
 
 
 def grouped_allreduce_async_(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_allreduce_") for t in tensors]
     h = _ops.grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor, process_set)
-    return TorchHandle(h, lambda _: tensors, tensors)
+    return TorchHandle(h, lambda _: tuple(tensors), tensors)  # a tuple, as Horovod's
 
 
 def grouped_allreduce(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
@@ -97,7 +101,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_allgather") for t in tensors]
     h = _ops.grouped_allgather_async(arrays, name, process_set)
-    return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
+    return TorchHandle(h, lambda results: tuple(from_numpy(r) for r in results), tensors)  # as Horovod's
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
@@ -147,7 +151,7 @@ def grouped_reducescatter_async(tensors, op, name=None, prescale_factor=1.0, pos
     tensors = list(tensors)
     arrays = [to_numpy(t, "grouped_reducescatter") for t in tensors]
     h = _ops.grouped_reducescatter_async(arrays, op, name, prescale_factor, postscale_factor, process_set)
-    return TorchHandle(h, lambda results: [from_numpy(r) for r in results], tensors)
+    return TorchHandle(h, lambda results: tuple(from_numpy(r) for r in results), tensors)  # as Horovod's
 
 
 def grouped_reducescatter(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

@@ -15,6 +15,7 @@ step it cannot know, and contributes dense zeros, as Horovod does).
 Calls go downward only: this module uses the core (``collectives.ops``, ``objects``, ``handles``).
 """
 import contextlib
+import numbers
 import warnings
 
 import torch
@@ -22,6 +23,7 @@ import torch
 from collectives import basics
 from collectives import ops as core
 from collectives.constants import Adasum, Average, Sum
+from collectives.errors import ArgumentTypeError
 from collectives.process_sets import set_size
 
 from .adasum_optimizer import _DistributedAdasumOptimizer, distributed_adasum_optimizer
@@ -30,7 +32,8 @@ from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks
 from .mpi_ops import check_process_set
 from .sparse import sparse_allreduce_async
-from .tensors import synchronize, to_numpy
+from .tensors import to_numpy
+from .tensors import wait as synchronize  # internal handles: waited on without releasing them
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state", "Compression"]
 
@@ -108,10 +111,15 @@ class _DistributedOptimizer:
     def _form_groups(self, groups):
         if groups is None:
             return None
-        if isinstance(groups, bool) or not (isinstance(groups, (list, tuple)) or
-                                            (isinstance(groups, int) and groups > 0)):
+        # Horovod's types: a wrong type (groups='x', 1.5) is its TypeError (ArgumentTypeError is
+        # also a ValueError); a bad int (0, -1) and a bool stay a ValueError.
+        if not isinstance(groups, (list, tuple, numbers.Integral)):
+            raise ArgumentTypeError(f"groups should be a positive integer or a list of lists of torch.Tensor, not "
+                                    f"{type(groups).__name__}")
+        if isinstance(groups, bool) or (isinstance(groups, numbers.Integral) and groups <= 0):
             raise ValueError("groups should be a positive integer or a list of lists of torch.Tensor")
-        if isinstance(groups, int):
+        if isinstance(groups, numbers.Integral):
+            groups = int(groups)
             p_groups = [g for g in _split_list(self._requires_update, groups) if g]
         else:
             seen = set()

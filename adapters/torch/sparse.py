@@ -41,6 +41,10 @@ class SparseHandle(TorchHandle):
     def poll(self):
         return self._done or (self._handle.poll() and self._values_handle.poll())
 
+    def _finished(self):
+        # values are waited first; a failure there is the outcome (the indices are not waited)
+        return self._done or self._values_handle._finished()
+
     def wait(self):
         if not self._done:
             values = self._values_handle.wait()

@@ -157,7 +157,7 @@ device_arrays.register("torch", _CudaTensors())
 class TorchHandle:
     """An asynchronous operation whose result is converted to torch tensors on completion."""
 
-    __slots__ = ("_handle", "_convert", "_done", "_result", "_keep_alive")
+    __slots__ = ("_handle", "_convert", "_done", "_result", "_keep_alive", "_released")
 
     def __init__(self, handle, convert, keep_alive=None):
         self._handle = handle
@@ -165,9 +165,14 @@ class TorchHandle:
         self._done = False
         self._result = None
         self._keep_alive = keep_alive  # the torch tensors whose memory the engine uses
+        self._released = False  # the public synchronize() consumed it (collectives.handles.release_after_wait)
 
     def poll(self):
         return self._done or self._handle.poll()
+
+    def _finished(self):
+        """The outcome is collected (result or error), not merely interrupted."""
+        return self._done or self._handle._finished()
 
     def wait(self):
         if not self._done:
@@ -181,19 +186,32 @@ class TorchHandle:
         return f"<collectives.torch handle {self._handle!r}>"
 
 
-def poll(handle):
-    """True when the asynchronous operation has finished (``synchronize`` will not block)."""
-    if isinstance(handle, TorchHandle):
-        return handle.poll()
+def _handle_of(handle):
     from collectives import handles
 
-    return handles.poll(handle)
+    if isinstance(handle, (TorchHandle, handles.Handle)):
+        return handle
+    return handles._check(handle)  # raises ArgumentTypeError: not a handle (Horovod returns None; we say so)
+
+
+def poll(handle):
+    """True when the asynchronous operation has finished (``synchronize`` will not block).
+    As in Horovod, ValueError once ``synchronize`` has returned (the handle is released)."""
+    from collectives import handles
+
+    return handles.poll_unreleased(_handle_of(handle))
 
 
 def synchronize(handle):
-    """Wait for an asynchronous operation and return its result as torch tensors."""
-    if isinstance(handle, TorchHandle):
-        return handle.wait()
+    """Wait for an asynchronous operation and return its result as torch tensors. As in
+    Horovod, this releases the handle: a second call returns None (see
+    collectives.handles.release_after_wait; Ctrl-C during the wait keeps it valid)."""
     from collectives import handles
 
-    return handles.synchronize(handle)
+    return handles.release_after_wait(_handle_of(handle))
+
+
+def wait(handle):
+    """The result of ``handle`` (torch or core), for internal callers: unlike the public
+    ``synchronize`` it never releases the handle, so it may be called again."""
+    return handle.wait()

@@ -17,6 +17,16 @@ ALL_DTYPES = [np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32, np.in
                                     np.float64, np.bool_)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 
 
+def raises(exc, fn, text=""):
+    """Calls ``fn``, which must raise ``exc`` with ``text`` in its message; returns the error."""
+    try:
+        fn()
+    except exc as e:
+        assert text in str(e), f"{text!r} not in {e!r}"
+        return e
+    raise AssertionError(f"expected {exc.__name__}")
+
+
 def rank_input(seed, rank, shape, dtype, low=-8, high=8):
     """The input rank ``rank`` uses for case ``seed``: integers in [low, high) (so sums of a
     few ranks are exact in every dtype), the same on every rank that recomputes it."""

@@ -35,7 +35,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import collectives.keras as hvd_keras  # noqa: E402
-from common import Checker, rank_input  # noqa: E402
+from common import Checker, raises, rank_input  # noqa: E402
 
 R, S = hvd.rank(), hvd.size()
 chk = Checker(R)
@@ -45,14 +45,6 @@ MODES = ("eager", "function")
 def run(mode, fn, *args):
     return fn(*args) if mode == "eager" else tf.function(fn)(*args)
 
-
-def raises(exc, fn, text=""):
-    try:
-        fn()
-    except exc as e:
-        assert text in str(e), f"{text!r} not in {e!r}"
-        return e
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 # ---------------------------------------------------------------- names

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import collectives
 import collectives.torch as hvd
-from common import Checker, rank_input
+from common import Checker, raises, rank_input
 
 torch.set_num_threads(1)
 WORLD = MPI.COMM_WORLD
@@ -39,14 +39,6 @@ hvd.init(comm=WORLD, process_sets=[PARITY_SET])
 R, S = hvd.rank(), hvd.size()
 chk = Checker(R)
 
-
-def raises(exc, fn, text=""):
-    try:
-        fn()
-    except exc as e:
-        assert text in str(e), f"{text!r} not in {e!r}"
-        return e
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 # ---------------------------------------------------------------- builds
