@@ -9,63 +9,26 @@ a Keras 3 layer with statistics over all ranks. TensorFlow 1 graphs (``tf.compat
 sessions) are refused at graph-build time with ``GraphModeNotSupportedError``. The TensorFlow
 glue lives in ``collectives.adapters.tensorflow``.
 """
-from collectives.basics import (
-    cross_rank,
-    cross_size,
-    cuda_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
-from collectives.absent_backends import ccl_built, ddl_built
-from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
+# Horovod's mpi_ops names (basics, constants, process sets, the verbs it defines there): one
+# list, in .mpi_ops; the rest of horovod.tensorflow's names follow.
+from .mpi_ops import *  # noqa: F401,F403
+from collectives.constants import ReduceOp  # noqa: F401
 from collectives.errors import CollectivesError
-from collectives.adapters.tensorflow.compression import Compression, Compressor
-from collectives.adapters.tensorflow.hops import GraphModeNotSupportedError, XlaNotSupportedError
-from collectives.adapters.tensorflow.keras_optimizer import tensorflow_distributed_optimizer as DistributedOptimizer
-from collectives.adapters.tensorflow.mpi_ops import (
+from collectives.adapters.tensorflow.compression import Compression, Compressor  # noqa: F401
+from collectives.adapters.tensorflow.hops import GraphModeNotSupportedError, XlaNotSupportedError  # noqa: F401
+from collectives.adapters.tensorflow.keras_optimizer import tensorflow_distributed_optimizer as DistributedOptimizer  # noqa: F401,E501
+from collectives.adapters.tensorflow.mpi_ops import (  # noqa: F401
     _executing_eagerly,
-    allgather,
     allgather_object,
     allreduce,
-    alltoall,
     barrier,
-    broadcast,
-    broadcast_,
     broadcast_global_variables,
     broadcast_object,
     broadcast_object_fn,
     broadcast_variables,
-    grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
-    join,
-    local_rank_op,
-    local_size_op,
-    process_set_included_op,
-    rank_op,
     reducescatter,
-    size_op,
-)
-from collectives.adapters.tensorflow.process_sets import (
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
 )
 from collectives.adapters.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape
 
@@ -75,10 +38,19 @@ HorovodInternalError = CollectivesError
 from . import elastic  # noqa: E402,F401  (hvd.elastic, as in Horovod)
 
 
+# Horovod's submodules (hvd.mpi_ops, hvd.compression, hvd.functions; hvd.sync_batch_norm on first
+# use, below), so ``from horovod.tensorflow.mpi_ops import ...`` ports by changing the import.
+from . import compression, functions, mpi_ops  # noqa: E402,F401
+
+
 def __getattr__(name):
-    # SyncBatchNormalization is a Keras layer: Keras is imported when it is first asked for,
-    # not by every ``import collectives.tensorflow``.
+    # SyncBatchNormalization is a Keras layer: Keras is imported when it (or its module) is first
+    # asked for, not by every ``import collectives.tensorflow``.
     if name == "SyncBatchNormalization":
         from collectives.adapters.tensorflow.sync_batch_norm import SyncBatchNormalization
         return SyncBatchNormalization
+    if name == "sync_batch_norm":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.sync_batch_norm")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

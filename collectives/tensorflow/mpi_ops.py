@@ -1,0 +1,59 @@
+"""``horovod.tensorflow.mpi_ops`` of ``collectives.tensorflow``: the public names of Horovod
+0.28.1's module that collectives has, so ``from horovod.tensorflow.mpi_ops import allgather``
+ports by changing the import. Not here: Horovod's private op wrappers (``_allreduce`` and the
+like) and its helpers (``load_library``, ``gpu_available``, ``check_installed_version``, ...).
+
+It imports the layers below only (not ``collectives.tensorflow``, which imports this module).
+"""
+from collectives.absent_backends import ccl_built, ddl_built
+from collectives.adapters.tensorflow.mpi_ops import (
+    allgather,
+    alltoall,
+    broadcast,
+    broadcast_,
+    grouped_allgather,
+    join,
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    size_op,
+)
+from collectives.adapters.tensorflow.process_sets import (
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+from collectives.basics import (
+    cross_rank,
+    cross_size,
+    cuda_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from collectives.constants import Adasum, Average, Max, Min, Product, Sum
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "ProcessSet", "Product", "Sum", "add_process_set", "allgather", "alltoall",
+    "broadcast", "broadcast_", "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather", "init", "is_homogeneous",
+    "is_initialized", "join", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built",
+    "mpi_enabled", "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op",
+    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline",
+]
