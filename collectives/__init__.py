@@ -5,28 +5,7 @@ arrays, torch tensors, TensorFlow tensors and any CPU array (DLPack or buffer pr
 returning the caller's type; ``DistributedOptimizer`` for a torch or a Keras optimizer.
 Importing this package loads neither MPI nor any framework; ``init()`` starts the engine.
 """
-from .basics import (
-    cross_rank,
-    cross_size,
-    cuda_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from .basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from .absent_backends import ccl_built, ddl_built
 from .constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from .errors import (

@@ -20,6 +20,31 @@ from .errors import NotInitializedError, ShutdownError, StallTimeoutError, raise
 
 _TIMEOUT = 7  # csrc/status.h StatusCode::TIMEOUT
 
+# What every face (collectives, .torch, .tensorflow, .keras) exports from here, with a star
+# import, as Horovod's faces all carry its basics: one list instead of four.
+__all__ = [
+    "cross_rank",
+    "cross_size",
+    "cuda_built",
+    "gloo_built",
+    "gloo_enabled",
+    "init",
+    "is_homogeneous",
+    "is_initialized",
+    "local_rank",
+    "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
+    "rank",
+    "rocm_built",
+    "shutdown",
+    "size",
+    "start_timeline",
+    "stop_timeline",
+]
+
 _lock = threading.Lock()
 _engine = None  # the running collectives._engine.Engine
 _atexit_registered = False

@@ -4,28 +4,7 @@
 model loads with plain Keras); ``callbacks`` holds BroadcastGlobalVariablesCallback,
 MetricAverageCallback, LearningRateScheduleCallback and LearningRateWarmupCallback.
 """
-from collectives.basics import (
-    cross_rank,
-    cross_size,
-    cuda_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.absent_backends import ccl_built, ddl_built
 from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collectives.errors import CollectivesError

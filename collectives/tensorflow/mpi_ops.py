@@ -25,28 +25,7 @@ from collectives.adapters.tensorflow.process_sets import (
     global_process_set,
     remove_process_set,
 )
-from collectives.basics import (
-    cross_rank,
-    cross_size,
-    cuda_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.constants import Adasum, Average, Max, Min, Product, Sum
 
 __all__ = [

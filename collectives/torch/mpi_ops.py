@@ -43,28 +43,7 @@ from collectives.adapters.torch.mpi_ops import (
     sparse_allreduce_async,
     synchronize,
 )
-from collectives.basics import (
-    cross_rank,
-    cross_size,
-    cuda_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.constants import Adasum, Average, Max, Min, Product, Sum
 from collectives.errors import CollectivesError
 
