@@ -177,6 +177,12 @@ KNOBS = {
                                "DistributedGradientTape with the engine's own TensorFlow op (registered through "
                                "TensorFlow's C API) instead of a tf.py_function: 1, true, yes, on or 0, false, no, "
                                "off."),
+    # Ours (adapters/torch/optimizer.py).
+    "overlap_min_bytes": Knob("OVERLAP_MIN_BYTES", _non_negative_int, 1024 * 1024,
+                              "torch DistributedOptimizer on host tensors: when the parameters' gradients "
+                              "total fewer bytes than this, step() reduces them all in one grouped allreduce "
+                              "instead of starting each one during backward (0: always start them during "
+                              "backward, as Horovod does)."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
 }
 

@@ -119,8 +119,10 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // Whether MPI should be finalized at this process's exit: an engine thread of this very
   // process initialized it (not mpi4py's import; not the parent of a forked child, whose
   // MPI_Finalize would run the parent's shutdown protocol with the launcher) and no engine was
-  // abandoned inside MPI.
-  static bool ShouldFinalizeMpi() { return mpi_owner_pid_ == CurrentPid() && !any_abandoned_; }
+  // abandoned inside MPI, and no peer is known never to finalize (MPI_Finalize would wait for it).
+  static bool ShouldFinalizeMpi() {
+    return mpi_owner_pid_ == CurrentPid() && !any_abandoned_ && !peer_never_finalizes_;
+  }
 
   int rank() const { return job_.rank; }
   int size() const { return job_.size; }
@@ -240,6 +242,8 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   std::atomic<bool> abandoned_{false};
   inline static std::atomic<int> mpi_owner_pid_{0};  // the process whose engine ran MPI_Init_thread
   inline static std::atomic<bool> any_abandoned_{false};
+  // A peer's init() gave up (RecordStop): its process abandons its engine and skips MPI_Finalize.
+  inline static std::atomic<bool> peer_never_finalizes_{false};
   // What Setup is waiting for, for the init timeout's message.
   std::atomic<const char*> setup_step_{""};
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).

@@ -32,6 +32,9 @@ void Engine::RecordStop(const std::vector<int>* everyone) {
       else if (flags & kStopAsked) asked.push_back(r);
     }
   }
+  // A rank whose init() gave up never finalizes MPI (its engine is abandoned inside MPI), and
+  // MPICH's MPI_Finalize here would wait for it until the finalize timeout: skip it, as it does.
+  if (!gave_up.empty()) peer_never_finalizes_ = true;
   // Only shutdown() calls (here or elsewhere) leave the job able to start again; a rank that
   // exits never comes back, and a stall or MPI failure ends the job as Horovod's does.
   info.restartable = everyone && stopped_status_.code == StatusCode::SHUT_DOWN && exiting.empty() && gave_up.empty();

@@ -27,7 +27,7 @@ from collectives.process_set_registry import process_set_id
 from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks
 from .tensors import to_numpy
-from .tensors import wait as synchronize  # internal handles: waited on without releasing them
+from .tensors import wait  # internal handles: waited on without releasing them
 
 __all__ = ["distributed_adasum_optimizer"]
 
@@ -132,7 +132,7 @@ class _DistributedAdasumOptimizer:
                 self._handles[p] = self._submit_delta(p)
         try:
             for p, (handle, compressed, ctx) in self._handles.items():
-                synchronize(handle)
+                wait(handle)
                 delta = self._compression.decompress(compressed, ctx)
                 start = self._starting_models[p]
                 with torch.no_grad():

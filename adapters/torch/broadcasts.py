@@ -22,7 +22,7 @@ from collectives.errors import ArgumentTypeError, InvalidArgumentError
 
 from .mpi_ops import check_process_set
 from .tensors import to_numpy
-from .tensors import wait as synchronize  # internal handles: waited on without releasing them
+from .tensors import wait  # internal handles: waited on without releasing them
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -53,7 +53,7 @@ def broadcast_parameters(params, root_rank, process_set=None):
                                              name=None if name is None else f"broadcast.{name}",
                                              process_set=process_set))
     for h in handles:
-        synchronize(h)
+        wait(h)
 
 
 def _describe(items):
@@ -223,7 +223,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
                                                  process_set=process_set))
         new_state[pid] = entries
     for h in handles:
-        synchronize(h)
+        wait(h)
     for entries, key, sparse_dim in sparse_back:
         entries[key] = entries[key].to_sparse(sparse_dim)
     if not is_root:

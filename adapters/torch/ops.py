@@ -8,10 +8,10 @@ import torch
 from collectives import ops as _ops
 from collectives.process_sets import set_size
 
+from .tensors import TorchHandle, from_numpy, to_numpy
 # wait, not the public synchronize: that one releases the handle (Horovod's), these wait once
 # on handles of their own and need nothing else.
-from .tensors import TorchHandle, from_numpy, to_numpy
-from .tensors import wait as synchronize
+from .tensors import wait
 
 
 def _same_tensor(tensor):
@@ -37,16 +37,16 @@ def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, 
     Handle objects."""
     array = to_numpy(tensor, "allreduce")
     if isinstance(array, torch.Tensor):  # CUDA: the GPU path's handle
-        return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
+        return wait(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
     return from_numpy(_ops.allreduce(array, op, name, prescale_factor, postscale_factor, process_set))
 
 
 def allreduce_(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Synchronous in-place allreduce; returns ``tensor``. As ``allreduce``: 37 -> 25 us per 8-byte
-    call on one rank (the Python and the hand-offs of synchronize(allreduce_async_))."""
+    call on one rank (the Python and the hand-offs of wait(allreduce_async_))."""
     array = to_numpy(tensor, "allreduce_")
     if isinstance(array, torch.Tensor):  # CUDA: the GPU path's handle
-        return synchronize(allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set))
+        return wait(allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set))
     _ops.allreduce_(array, op, name, prescale_factor, postscale_factor, process_set)
     return tensor
 
@@ -67,7 +67,7 @@ def grouped_allreduce_async_(tensors, op, name=None, prescale_factor=1.0, postsc
 
 
 def grouped_allreduce(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, process_set))
+    return wait(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, process_set))
 
 
 # ---------------------------------------------------------------- broadcast
@@ -83,7 +83,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return wait(broadcast_async(tensor, root_rank, name, process_set))
 
 
 # ---------------------------------------------------------------- allgather
@@ -94,7 +94,7 @@ def allgather_async(tensor, name=None, process_set=None):
 
 
 def allgather(tensor, name=None, process_set=None):
-    return synchronize(allgather_async(tensor, name, process_set))
+    return wait(allgather_async(tensor, name, process_set))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
@@ -105,7 +105,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    return wait(grouped_allgather_async(tensors, name, process_set))
 
 
 # ---------------------------------------------------------------- alltoall
@@ -131,7 +131,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return wait(alltoall_async(tensor, splits, name, process_set))
 
 
 # ---------------------------------------------------------------- reducescatter
@@ -143,7 +143,7 @@ def reducescatter_async(tensor, op, name=None, prescale_factor=1.0, postscale_fa
 
 
 def reducescatter(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
+    return wait(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_reducescatter_async(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -155,5 +155,5 @@ def grouped_reducescatter_async(tensors, op, name=None, prescale_factor=1.0, pos
 
 
 def grouped_reducescatter(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
+    return wait(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
                                                    process_set))

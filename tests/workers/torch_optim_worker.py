@@ -7,7 +7,8 @@ Families:
              (computed by every rank itself from the same seed): SGD-momentum and Adam, plain,
              backward_passes_per_step=2, groups=2 (and explicit groups), gradient_predivide_factor,
              fp16 compression.
-  overlap    allreduces are submitted before the backward pass has finished.
+  overlap    when the allreduces start: during backward, or in step() for a small model
+             (torch_optim_overlap.py).
   edge       a parameter unused on every rank / on some ranks, skip_synchronize with gradient
              clipping, zero_grad with pending handles raises, named_parameters validation.
   broadcast  broadcast_parameters (state_dict, named_parameters) and broadcast_optimizer_state
@@ -18,6 +19,7 @@ Families:
   sets       DistributedOptimizer, broadcast_parameters and a differentiable allreduce in a
              process set (even / odd ranks train separate models).
 """
+import contextlib
 import copy
 import sys
 import warnings
@@ -32,6 +34,7 @@ from collectives.torch.optimizer import (
     broadcast_parameters,
 )
 from common import Checker
+from torch_optim_overlap import family_overlap, overlap_min_bytes
 
 torch.set_num_threads(1)
 R = S = None
@@ -68,13 +71,17 @@ def assert_same_on_all_ranks(model, what):
 
 # ---------------------------------------------------------------- train
 
-def run_equivalence(make_opt, steps=4, passes=1, rtol=1e-5, atol=1e-6, **kw):
+def run_equivalence(make_opt, steps=4, passes=1, rtol=1e-5, atol=1e-6, in_backward=False, **kw):
+    """``in_backward``: start the allreduces during backward (COLLECTIVES_OVERLAP_MIN_BYTES=0);
+    else this small model's are started in step() (torch_optim_overlap.py)."""
     micro = 4  # rows per rank per micro-batch
     model = mlp()
     ref = copy.deepcopy(model)
     ref_opt = make_opt(ref.parameters())
-    opt = DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters(),
-                               backward_passes_per_step=passes, **kw)
+    with overlap_min_bytes(0) if in_backward else contextlib.nullcontext():
+        opt = DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, **kw)
+    assert opt._deferred == (not in_backward and "groups" not in kw), opt._deferred
     for step in range(steps):
         x, y = batch(step, S * micro * passes)
         # reference: one process, micro-batch j is rows [j*S*micro, (j+1)*S*micro)
@@ -92,6 +99,8 @@ def run_equivalence(make_opt, steps=4, passes=1, rtol=1e-5, atol=1e-6, **kw):
     assert_params_close(model, ref, rtol, atol, "distributed vs single process")
     assert_same_on_all_ranks(model, "after training")
     assert opt._submissions > 0
+    if opt._deferred:
+        assert opt._submissions == steps, (opt._submissions, steps)  # one grouped allreduce per step
 
 
 def family_train():
@@ -101,6 +110,9 @@ def family_train():
     chk.check("adam", lambda: run_equivalence(adam))
     chk.check("sgd backward_passes_per_step=2", lambda: run_equivalence(sgd, passes=2))
     chk.check("adam backward_passes_per_step=2", lambda: run_equivalence(adam, passes=2))
+    chk.check("sgd momentum, started in backward", lambda: run_equivalence(sgd, in_backward=True))
+    chk.check("adam backward_passes_per_step=2, started in backward",
+              lambda: run_equivalence(adam, passes=2, in_backward=True))
     chk.check("sgd groups=2", lambda: run_equivalence(sgd, groups=2))
     chk.check("adam groups=2 passes=2", lambda: run_equivalence(adam, groups=2, passes=2))
     chk.check("sgd gradient_predivide_factor=2", lambda: run_equivalence(sgd, gradient_predivide_factor=2.0))
@@ -138,32 +150,6 @@ def family_train():
         assert len(sd["state"]) == 6 and sd["param_groups"][0]["lr"] == 0.01
         opt.load_state_dict(sd)
     chk.check("isinstance and state_dict", isinstance_and_state_dict)
-
-
-# ---------------------------------------------------------------- overlap
-
-def family_overlap():
-    def overlap():
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(6)])
-        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
-        seen = []
-        for _ in range(3):
-            x = torch.randn(8, 32)
-            h = model[0](x)
-            # Fires when the gradient w.r.t. the first layer's output is computed: the later
-            # layers' gradients are final by then, the first layer's are not.
-            h.register_hook(lambda g: seen.append(opt._submissions) or None)
-            out = model[1:](h)
-            before = opt._submissions
-            out.sum().backward()
-            assert seen[-1] - before > 0, f"nothing submitted before the end of backward ({seen})"
-            assert seen[-1] - before < 12, "everything submitted before the first layer's gradient existed"
-            assert opt._submissions - before == 12
-            opt.step()
-            opt.zero_grad()
-    chk.check("allreduces submitted during backward", overlap)
 
 
 # ---------------------------------------------------------------- edge cases
@@ -483,7 +469,7 @@ def family_sets():
     chk.check("remove the sets", lambda: (ct.remove_process_set(odd), ct.remove_process_set(even)))
 
 
-FAMILIES = {"train": family_train, "overlap": family_overlap, "edge": family_edge, "broadcast": family_broadcast,
+FAMILIES = {"train": family_train, "overlap": lambda: family_overlap(chk), "edge": family_edge, "broadcast": family_broadcast,
             "join": family_join, "sets": family_sets}
 
 
