@@ -49,7 +49,7 @@ import torch  # noqa: E402
 
 import collectives.torch as hvd  # noqa: E402
 from machine_info import describe_load, describe_machine, load_average, utc_now  # noqa: E402
-from small_models import MODE_LABELS, MODEL_LABELS, MODES, REFERENCE_MODES, make_training_step  # noqa: E402
+from small_models import MODE_LABELS, MODEL_LABELS, MODES, REFERENCE_MODES, VARIANT_MODES, make_training_step  # noqa: E402
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -88,7 +88,7 @@ def parse_args():
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     parser.add_argument("--modes", default=",".join(MODES + REFERENCE_MODES),
-                        help="comma-separated, from " + ", ".join(MODES + REFERENCE_MODES))
+                        help="comma-separated, from " + ", ".join(MODES + VARIANT_MODES + REFERENCE_MODES))
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--rounds", type=int, default=10, help="each round: one quiet and one busy phase")
     parser.add_argument("--steps", type=int, default=10, help="steps per mode per phase")

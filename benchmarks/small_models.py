@@ -9,7 +9,11 @@ benchmarks/busy_machine_bench.py):
   collectives  hvd.DistributedOptimizer(named_parameters=...) after broadcasting rank 0's state
   none         the plain optimizer: no communication (the upper bound on throughput)
   ddp          torch DistributedDataParallel on gloo
-and two references (benchmarks/busy_machine_bench.py runs them):
+a variant of ours (benchmarks/busy_machine_bench.py runs it on request):
+  collectives_in_backward  the same with COLLECTIVES_OVERLAP_MIN_BYTES=0: every allreduce is
+               started during backward, as Horovod does, also for a model under the default
+               1 MiB of gradients (the CNN), which otherwise reduces them all in step()
+and references (benchmarks/busy_machine_bench.py runs them):
   raw          raw mpi4py: one in-place Allreduce of all the gradients, flattened into one
                buffer after backward, then averaged (the raw-MPI row of issue 14's table)
   barrier      no communication but one raw mpi4py Barrier per step: what keeping the ranks in
@@ -31,8 +35,10 @@ import collectives.torch as hvd  # noqa: E402
 from pytorch_synthetic_benchmark import init_gloo  # noqa: E402  (gloo rendezvous on loopback)
 
 MODES = ("collectives", "none", "ddp")
+VARIANT_MODES = ("collectives_in_backward",)
 REFERENCE_MODES = ("raw", "barrier", "gloo_barrier")
 MODE_LABELS = {"collectives": "collectives DistributedOptimizer", "none": "no communication",
+               "collectives_in_backward": "collectives, every allreduce started in backward",
                "ddp": "torch DDP (gloo)", "raw": "raw mpi4py allreduce after backward",
                "barrier": "no communication + an MPI barrier",
                "gloo_barrier": "no communication + a gloo barrier"}
@@ -69,16 +75,25 @@ def make_training_step(mode, model_name, batch_size=64):
     torch.manual_seed(0)
     model = MODELS[model_name]()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    if mode == "collectives":
+    if mode in ("collectives", "collectives_in_backward"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        knob, before = "COLLECTIVES_OVERLAP_MIN_BYTES", os.environ.get("COLLECTIVES_OVERLAP_MIN_BYTES")
+        if mode == "collectives_in_backward":
+            os.environ[knob] = "0"  # read when the optimizer is made
+        try:
+            optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        finally:
+            if before is None:
+                os.environ.pop(knob, None)
+            else:
+                os.environ[knob] = before
     elif mode == "ddp":
         init_gloo()
         model = nn.parallel.DistributedDataParallel(model)
     elif mode in REFERENCE_MODES:
         return _reference_step(mode, model, optimizer, *_batch(batch_size))
     elif mode != "none":
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES + REFERENCE_MODES}")
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES + VARIANT_MODES + REFERENCE_MODES}")
     data, target = _batch(batch_size)
 
     def step():

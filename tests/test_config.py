@@ -32,6 +32,7 @@ SAMPLES = {
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
     "gpu_fusion_wait": ("GPU_FUSION_WAIT", "no", False, "1", True),
     "tensorflow_kernels": ("TENSORFLOW_KERNELS", "0", False, "yes", True),
+    "overlap_min_bytes": ("OVERLAP_MIN_BYTES", "4096", 4096, "0", 0),
     "autotune": ("AUTOTUNE", "1", True, "off", False),
     "autotune_log": ("AUTOTUNE_LOG", "/tmp/horovod.csv", "/tmp/horovod.csv", "/tmp/ours.csv", "/tmp/ours.csv"),
     "autotune_warmup_samples": ("AUTOTUNE_WARMUP_SAMPLES", "5", 5, "0", 0),
