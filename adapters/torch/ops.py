@@ -156,4 +156,4 @@ def grouped_reducescatter_async(tensors, op, name=None, prescale_factor=1.0, pos
 
 def grouped_reducescatter(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return wait(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
-                                                   process_set))
+                                            process_set))

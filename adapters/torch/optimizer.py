@@ -280,11 +280,12 @@ class _DistributedOptimizer:
         if set_size(self.process_set) > 1:
             if self._deferred:  # one grouped allreduce of every gradient (module docstring)
                 self._handles = {"all": self._submit(tuple(self._requires_update))}
-            for key in ([] if self._deferred else self._requires_update if self._groups is None else self._groups):
-                if self._handles.get(key) is None:
-                    self._handles[key] = self._submit(key)
-                    if self._groups is not None:
-                        self._group_counts[key] = 0
+            else:
+                for key in (self._requires_update if self._groups is None else self._groups):
+                    if self._handles.get(key) is None:
+                        self._handles[key] = self._submit(key)
+                        if self._groups is not None:
+                            self._group_counts[key] = 0
             try:
                 for pending in self._handles.values():
                     for handle, prepared in pending:
