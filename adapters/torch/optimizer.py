@@ -12,7 +12,7 @@ is final, and ``step()`` reduces all of them in one grouped allreduce, whose cyc
 thread runs itself. Overlap cannot gain such a model more than its reduction's few tens of
 microseconds, and each reduction started during backward costs hand-offs to the engine thread
 and back on every rank while backward keeps the cores busy: on the 2-core test machine they
-made a small CNN's step about 2 ms slower than one reduction in step() (README, "Small
+made a small CNN's step 0.3-5.3 ms slower than one reduction in step() (README, "Small
 models"). The results are the same either way.
 
 Sparse COO gradients (``nn.Embedding(sparse=True)``) are, as in Horovod, allgathered (indices
