@@ -217,8 +217,9 @@ def late_rank(chk, directory):
             chk.check("init() again", lambda: raises_at_once(hvd.ShutdownError, hvd.init, gave_up))
         finally:
             open(done, "w").close()
-        # Exit only after rank 0's process has gone: rank 0 never finalizes MPI, so an
-        # MPI_Finalize here would wait for it (up to the 30-minute finalize timeout).
+        # Exit only after rank 0's process has gone: the order of a CI run that once hung here
+        # in MPI_Finalize. Rank 0 never finalizes MPI, and the engine skips MPI_Finalize once a
+        # peer's init() gave up (csrc/engine_stop.cc).
         chk.check("rank 0 exits first", lambda: wait_until(lambda: not _alive(_read_pid(rank0_pid)), 60, "rank 0 exit"))
         return
 
