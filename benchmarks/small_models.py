@@ -23,6 +23,7 @@ and references (benchmarks/busy_machine_bench.py runs them):
 """
 import os
 import sys
+from unittest import mock
 
 import torch
 import torch.nn as nn
@@ -77,16 +78,10 @@ def make_training_step(mode, model_name, batch_size=64):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if mode in ("collectives", "collectives_in_backward"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        knob, before = "COLLECTIVES_OVERLAP_MIN_BYTES", os.environ.get("COLLECTIVES_OVERLAP_MIN_BYTES")
-        if mode == "collectives_in_backward":
-            os.environ[knob] = "0"  # read when the optimizer is made
-        try:
+        # The knob is read when the optimizer is made.
+        knob = {"COLLECTIVES_OVERLAP_MIN_BYTES": "0"} if mode == "collectives_in_backward" else {}
+        with mock.patch.dict(os.environ, knob):
             optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-        finally:
-            if before is None:
-                os.environ.pop(knob, None)
-            else:
-                os.environ[knob] = before
     elif mode == "ddp":
         init_gloo()
         model = nn.parallel.DistributedDataParallel(model)

@@ -8,8 +8,8 @@ allreduces (adapters/torch/optimizer.py).
   with parameters of two dtypes and an unused one, and over backward_passes_per_step=2.
 - GPU parameters, user groups and the knob's value decide as documented.
 """
-import contextlib
 import os
+from unittest import mock
 
 import numpy as np
 import torch
@@ -20,18 +20,9 @@ from collectives.torch.optimizer import DistributedOptimizer
 KNOB = "COLLECTIVES_OVERLAP_MIN_BYTES"
 
 
-@contextlib.contextmanager
 def overlap_min_bytes(value):
-    """The knob, read when the optimizer is made, set for the ``with`` block."""
-    old = os.environ.get(KNOB)
-    os.environ[KNOB] = str(value)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[KNOB]
-        else:
-            os.environ[KNOB] = old
+    """The knob, read when the optimizer is made, set for a ``with`` block."""
+    return mock.patch.dict(os.environ, {KNOB: str(value)})
 
 
 def six_layers():
