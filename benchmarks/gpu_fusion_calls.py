@@ -2,7 +2,8 @@
 shapes, each submitted with allreduce_async_ and then synchronized, through the stand-in CUDA
 driver and NCCL of tests/fakes (one rank), which count the calls. FAKE_CUDA_EVENT_US makes
 each collective take that long on the stand-in "GPU"; COLLECTIVES_GPU_FUSION_WAIT=0 turns off
-the engine's wait for a busy GPU (README, "GPUs", Fusion).
+the engine's wait for a busy GPU, and COLLECTIVES_GPU_FUSION_WAIT_MS bounds it (README, "GPUs",
+Fusion).
 
     mkdir -p /tmp/fk && for f in cuda:libcuda.so.1 nccl:libnccl.so.2; do
       cc -shared -fPIC -O1 -Icsrc -o /tmp/fk/${f#*:} tests/fakes/fake_${f%%:*}.c -Wl,-soname,${f#*:}; done

@@ -45,6 +45,7 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   if (d.contains("shm_negotiation")) c.shm_negotiation = d["shm_negotiation"].cast<bool>();
   if (d.contains("caller_cycles")) c.caller_cycles = d["caller_cycles"].cast<bool>();
   if (d.contains("gpu_fusion_wait")) c.gpu_fusion_wait = d["gpu_fusion_wait"].cast<bool>();
+  if (d.contains("gpu_fusion_wait_ms")) c.gpu_fusion_wait_ms = d["gpu_fusion_wait_ms"].cast<double>();
   if (d.contains("autotune")) c.autotune.enabled = d["autotune"].cast<bool>();
   if (d.contains("autotune_log")) c.autotune.log_path = d["autotune_log"].cast<std::string>();
   if (d.contains("autotune_warmup_samples")) c.autotune.warmup_samples = d["autotune_warmup_samples"].cast<int>();
@@ -264,6 +265,8 @@ PYBIND11_MODULE(_engine, m) {
              return d;
            })
       .def_property_readonly("gpu_device", &Engine::gpu_device)
+      // NCCL allreduce launches so far (benchmarks: how well GPU gradients fused).
+      .def_property_readonly("gpu_allreduce_launches", &Engine::gpu_allreduce_launches)
       .def("enqueue",
            // caller_waits: the caller waits for these next (a synchronous verb; Engine::Enqueue).
            [](Engine& e, const py::list& specs, bool caller_waits) {

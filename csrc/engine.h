@@ -68,6 +68,7 @@ struct EngineConfig {
   bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
   bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
   bool gpu_fusion_wait = true;  // GPU work waits while the GPU is busy, to fuse (engine_wake.cc)
+  double gpu_fusion_wait_ms = 100.0;  // ... at most this long after the oldest of it arrived
   AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
   // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
   std::string cuda_driver_library = "libcuda.so.1";
@@ -140,6 +141,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   AutotuneState autotune_state() const { return autotune_.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
+  int64_t gpu_allreduce_launches() const { return executor_.GpuAllreduceLaunches(); }
 
   // Enqueues all submissions atomically (a group is negotiated together) or none. `caller_waits`:
   // the caller waits for them next (a synchronous verb), so the engine thread is not woken: the

@@ -37,7 +37,9 @@ void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point
         start_others = true;
         break;
       }
-      if (incoming_.size() > claimed_) deadline = std::min(deadline, held_until);
+      // Held: the periodic cycles wait too (one would take the held work with it). A peer's
+      // cycle still starts ours (PeerStarted), and the GPU going idle rings (engine.cc).
+      if (incoming_.size() > claimed_) deadline = held_until;
     }
     if (PeerStarted()) {
       // A peer started the cycle; our own submission is often microseconds behind. Give it
@@ -100,9 +102,9 @@ bool Engine::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
   // of a burst of gradients (a backward pass hands them over one by one) would be an NCCL call
   // of its own, each paying NCCL's latency: 161 ResNet-50 gradients took 12 times one call of
   // their total size on an H200 (two ranks, NCCL over sockets). Waiting until the GPU is done,
-  // at most one cycle time after the oldest of them arrived, lets them fuse. Host work, and GPU
-  // work that finds the GPU idle (a lone allreduce, a synchronous loop), starts at once, and so
-  // does a fusion buffer's worth: it is as fused as it gets.
+  // at most COLLECTIVES_GPU_FUSION_WAIT_MS after the oldest of them arrived, lets them fuse.
+  // Host work, and GPU work that finds the GPU idle (a lone allreduce, a synchronous loop),
+  // starts at once, and so does a fusion buffer's worth: it is as fused as it gets.
   if (!config_.gpu_fusion_wait || !executor_.GpuBusy()) return false;
   Clock::time_point oldest = Clock::time_point::max();
   int64_t bytes = 0;
@@ -113,7 +115,8 @@ bool Engine::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
     bytes += NumElements(q.shape) * DataTypeSize(q.dtype);
   }
   if (bytes >= config_.fusion_threshold) return false;
-  const Clock::time_point release = oldest + CycleTime();
+  const Clock::time_point release =
+      oldest + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.gpu_fusion_wait_ms));
   if (now >= release) return false;
   gpu_hold_.store(true);
   // The GPU may have finished between the first look and the flag, whose ring would be missed.

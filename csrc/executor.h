@@ -94,6 +94,7 @@ class Executor {
   // GPU work launched and not finished yet; `idle` runs (on the completion thread) whenever the
   // last of it finishes.
   bool GpuBusy() const { return nccl_ && nccl_->Busy(); }
+  int64_t GpuAllreduceLaunches() const { return nccl_ ? nccl_->allreduce_launches() : 0; }
   void OnGpuIdle(std::function<void()> idle) { nccl_->OnIdle(std::move(idle)); }
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.

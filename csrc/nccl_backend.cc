@@ -375,6 +375,7 @@ void NcclBackend::FreeRedOp(int32_t set_id, const RedOp& op) {
 Status NcclBackend::Allreduce(int32_t set_id, const void* in, void* out, int64_t count, DataType dtype,
                               const RedOp& op) {
   if (count == 0) return Status::Ok();
+  allreduce_launches_.fetch_add(1, std::memory_order_relaxed);
   return WithComm(set_id, "ncclAllReduce", [&](gpu::ncclComm comm) {
     return nccl_->AllReduce(in, out, static_cast<size_t>(count), NcclType(dtype), op.op, comm, stream_);
   });

@@ -109,6 +109,8 @@ class NcclBackend {
   // Collectives of process set `set_id` on its communicator. Counts in elements for
   // reductions, in bytes for data movement; one entry per member where per-member.
   Status Allreduce(int32_t set_id, const void* in, void* out, int64_t count, DataType dtype, const RedOp& op);
+  // ncclAllReduce calls made so far (any thread): how many NCCL calls a burst of gradients took.
+  int64_t allreduce_launches() const { return allreduce_launches_.load(std::memory_order_relaxed); }
   Status ReduceScatter(int32_t set_id, const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
                        const RedOp& op, int me);
   Status Broadcast(int32_t set_id, const void* in, void* out, int64_t bytes, int root);
@@ -193,6 +195,7 @@ class NcclBackend {
   std::chrono::steady_clock::time_point deadline_;
   Status why_;
   std::thread completer_;
+  std::atomic<int64_t> allreduce_launches_{0};
   std::atomic<int> unfinished_{0};  // Complete() calls whose GPU work has not finished (or failed) yet
   std::function<void()> on_idle_;
 };

@@ -13,6 +13,9 @@
 #            fused gradients again with COLLECTIVES_GPU_FUSION_WAIT=0.
 #     extra  the GPU tests at one rank, fusion without the batched copy kernel, the host
 #            collectives tests.
+#     holds  the fused gradients and the training step (with the NCCL calls each took) for each
+#            COLLECTIVES_GPU_FUSION_WAIT_MS in GPU_CHECK_HOLDS (default "1 5 20 100"; a value
+#            may repeat, for interleaved rounds), each in a launch of its own.
 #   Every step has a time limit taken from the command's budget (GPU_CHECK_BUDGET_S, 540 s),
 #   so the command ends in time, and the report is rewritten after each step:
 #   DIR/gpu-check-report.md (DIR: --report, else $OUT, else ./gpu-check-report) with the logs
@@ -344,12 +347,44 @@ stage_bench() {
   part bench "- np=$np without the fusion wait: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
 }
 
+# How long GPU work waits for a busy GPU (COLLECTIVES_GPU_FUSION_WAIT_MS): the fused gradients
+# and the training step, with the NCCL calls each took, for each value of GPU_CHECK_HOLDS.
+stage_holds() {
+  LOG_STAGE=bench
+  : >"$STATE/part-holds.md"
+  : >"$STATE/bench.log"
+  rm -f "$STATE"/bench-hold-*.json
+  if [ "$(get gpus)" -lt 1 ] 2>/dev/null; then
+    part holds "- not run: no GPU"
+    return
+  fi
+  local np shared=() mpirun ms seconds t0 rc n=0
+  np=$(get np)
+  mpirun=$(get mpirun)
+  [ "$(get shared)" = 1 ] && shared=(COLLECTIVES_TEST_SHARED_GPU=1)
+  for ms in ${GPU_CHECK_HOLDS:-1 5 20 100}; do
+    n=$((n + 1))  # a value may come twice (interleaved repeats): one file per launch
+    seconds=$(limit 100 10)
+    if [ "$seconds" -lt 40 ]; then
+      part holds "- np=$np, wait at most $ms ms: not run (the command's time budget is spent)"
+      continue
+    fi
+    echo "===== np=$np, COLLECTIVES_GPU_FUSION_WAIT_MS=$ms (limit $seconds s)" >>"$STATE/bench.log"
+    t0=$SECONDS
+    env ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_FUSION_WAIT_MS="$ms" timeout "$seconds" "$mpirun" -np "$np" "$PY" \
+      scripts/gpu_bench.py --sections fused,train --time-limit $((seconds - 30)) --json "$STATE/bench-hold-$n-$ms.json" \
+      >>"$STATE/bench.log" 2>&1
+    rc=$?
+    part holds "- np=$np, wait at most $ms ms: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
+  done
+}
+
 # ---------------------------------------------------------------- main
 
 for stage in "${STAGES[@]}"; do
   case $stage in
-    setup | tests | bench | extra) ;;
-    *) echo "gpu-check: unknown stage '$stage' (setup, tests, bench, extra, all)" >&2; exit 2 ;;
+    setup | tests | bench | extra | holds) ;;
+    *) echo "gpu-check: unknown stage '$stage' (setup, tests, bench, extra, holds, all)" >&2; exit 2 ;;
   esac
 done
 rc=0

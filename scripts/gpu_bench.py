@@ -58,6 +58,21 @@ def resnet50_shapes():
     return shapes + [(1000, 2048), (1000,)]
 
 
+def allreduce_launches():
+    """ncclAllReduce calls this rank's engine made so far (None: an engine without the counter)."""
+    from collectives import basics
+
+    return getattr(basics.engine(), "gpu_allreduce_launches", None)
+
+
+def launches_per_run(fn, runs):
+    """fn() (which runs `runs` times whatever it measures), and the NCCL allreduce calls per run."""
+    before = allreduce_launches()
+    result = fn()
+    after = allreduce_launches()
+    return result, (None if before is None else (after - before) / runs)
+
+
 def timed(fn, iters, warmup=3):
     """Median seconds of fn() over iters runs, the slowest rank's per run."""
     for _ in range(warmup):
@@ -110,6 +125,7 @@ class Bench:
         self.r = {"ranks": self.n, "device": torch.cuda.get_device_name(self.dev), "nccl_version": hvd.nccl_built(),
                   "shared_gpu": os.environ.get("COLLECTIVES_TEST_SHARED_GPU") == "1", "iters": args.iters,
                   "gpu_fusion_wait": os.environ.get("COLLECTIVES_GPU_FUSION_WAIT", "1") != "0",
+                  "gpu_fusion_wait_ms": os.environ.get("COLLECTIVES_GPU_FUSION_WAIT_MS", "default"),
                   "notes": []}
         self.dist, why = raw_nccl(self.dev)
         # Every rank uses the baseline or none does (a rank alone in all_reduce would wait forever).
@@ -159,7 +175,8 @@ class Bench:
 
         self.r["resnet50_tensors"] = len(grads)
         self.r["resnet50_MB"] = total * 4 / 1e6
-        self.r["fused_161_s"] = timed(fused, self.args.iters)
+        self.r["fused_161_s"], self.r["fused_161_launches"] = launches_per_run(
+            lambda: timed(fused, self.args.iters), self.args.iters + 3)
         self.r["one_call_flat_s"] = timed(lambda: hvd.allreduce_(flat, op=hvd.Average, name="bench.flat"),
                                           self.args.iters)
         if self.dist:
@@ -210,11 +227,14 @@ class Bench:
             ddp_opt.step()
 
         # Two rounds, alternating, so that neither side gets only the warm (or cold) GPU.
-        a, b = [], []
+        a, b, calls = [], [], []
         for _ in range(2):
-            a.append(timed(ours, self.args.train_steps, warmup=3))
+            t, n = launches_per_run(lambda: timed(ours, self.args.train_steps, warmup=3), self.args.train_steps + 3)
+            a.append(t)
+            calls.append(n)
             b.append(timed(theirs, self.args.train_steps, warmup=3))
         self.r["train_ours_s"], self.r["train_ddp_s"] = min(a), min(b)
+        self.r["train_ours_launches_per_step"] = calls
         self.r["train_ours_rounds_s"], self.r["train_ddp_rounds_s"] = a, b
 
     def run(self):

@@ -78,6 +78,37 @@ def nowait_lines(state_dir):
             f"(COLLECTIVES_GPU_FUSION_WAIT=1), {ms(off)} without (=0, a later launch)", ""]
 
 
+def holds_lines(state_dir):
+    """The fused gradients and the training step for each COLLECTIVES_GPU_FUSION_WAIT_MS of the
+    holds stage (gpu-check.sh), with the NCCL allreduce calls each took."""
+    runs = []
+    def launch_order(name):  # bench-hold-<launch>-<ms>.json
+        part = name.split("-")[2] if name.count("-") >= 3 else ""
+        return int(part) if part.isdigit() else 0
+
+    for name in sorted(os.listdir(state_dir), key=launch_order):
+        if name.startswith("bench-hold-") and name.endswith(".json"):
+            try:
+                runs.append(json.load(open(os.path.join(state_dir, name))))
+            except (OSError, ValueError):
+                runs.append({"gpu_fusion_wait_ms": name[:-5].split("-")[-1], "notes": ["unreadable"]})
+    if not runs:
+        return []
+    key = lambda r: float(r["gpu_fusion_wait_ms"]) if str(r.get("gpu_fusion_wait_ms")).replace(".", "").isdigit() else 0
+    ms = lambda r, k: f"{r[k] * 1e3:.1f}" if r.get(k) is not None else "-"  # noqa: E731
+    num = lambda v: "-" if v is None else (f"{v:.1f}" if not isinstance(v, list) else "/".join(f"{x:.1f}" for x in v if x is not None))  # noqa: E731
+    rounds = lambda r, k: "/".join(f"{x * 1e3:.1f}" for x in r.get(k) or []) or "-"  # noqa: E731
+    out = ["| wait at most (ms) | 161 gradients (ms) | their NCCL calls | training step, each round (ms) | DDP, each round (ms) | best / best | NCCL calls per step |",
+           "|---|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=key):  # stable: a value's launches stay in their order
+        ratio = (f"{r['train_ours_s'] / r['train_ddp_s']:.2f}x" if r.get("train_ours_s") and r.get("train_ddp_s") else "-")
+        out.append(f"| {r.get('gpu_fusion_wait_ms')} | {ms(r, 'fused_161_s')} | {num(r.get('fused_161_launches'))} | "
+                   f"{rounds(r, 'train_ours_rounds_s')} | {rounds(r, 'train_ddp_rounds_s')} | {ratio} | "
+                   f"{num(r.get('train_ours_launches_per_step'))} |")
+    ranks = runs[0].get("ranks", "?")
+    return [f"- {ranks} rank(s), each value a launch of its own:", ""] + out + [""]
+
+
 def main():
     state_dir, report = sys.argv[1], sys.argv[2]
     os.makedirs(report, exist_ok=True)
@@ -97,9 +128,22 @@ def main():
                         out += [f"- {name} unreadable: {e}", ""]
             out += nowait_lines(state_dir)
             out += [f"Targets: {TARGETS}.", ""]
+    holds = read(os.path.join(state_dir, "part-holds.md"))
+    if holds:
+        out += ["## How long GPU work waits for a busy GPU", "", holds, ""] + holds_lines(state_dir)
     out += ["Logs: setup.log, tests.log, bench.log (failures are listed at the end of each pytest run)."]
     with open(os.path.join(report, "gpu-check-report.md"), "w") as f:
         f.write("\n".join(out) + "\n")
+    holds = {}
+    for name in os.listdir(state_dir):
+        if name.startswith("bench-hold-") and name.endswith(".json"):
+            try:
+                holds[name] = json.load(open(os.path.join(state_dir, name)))
+            except (OSError, ValueError):
+                pass
+    if holds:  # one file for all of them: the device tool brings back at most 8
+        with open(os.path.join(report, "bench-holds.json"), "w") as f:
+            json.dump(holds, f, indent=1)
     for name in ("setup.log", "tests.log", "bench.log", "bench-np2.json", "bench-np1.json", "bench-nowait.json"):
         src = os.path.join(state_dir, name)
         if os.path.exists(src) and os.path.abspath(src) != os.path.abspath(os.path.join(report, name)):

@@ -31,6 +31,7 @@ SAMPLES = {
     "shm_negotiation": ("SHM_NEGOTIATION", "off", False, "1", True),
     "caller_cycles": ("CALLER_CYCLES", "0", False, "on", True),
     "gpu_fusion_wait": ("GPU_FUSION_WAIT", "no", False, "1", True),
+    "gpu_fusion_wait_ms": ("GPU_FUSION_WAIT_MS", "20", 20.0, "0.5", 0.5),
     "tensorflow_kernels": ("TENSORFLOW_KERNELS", "0", False, "yes", True),
     "overlap_min_bytes": ("OVERLAP_MIN_BYTES", "4096", 4096, "0", 0),
     "autotune": ("AUTOTUNE", "1", True, "off", False),

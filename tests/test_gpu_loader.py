@@ -131,12 +131,13 @@ def test_without_the_kernel_fused_groups_copy(fake_libs):
 
 
 @needs_cc
-@pytest.mark.parametrize("wait", ["1", "0"])
-def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs, wait):
-    # Each collective "runs" 200 ms; held work waits at most one cycle time (here 100 ms).
-    # COLLECTIVES_GPU_FUSION_WAIT=0: nothing waits (the worker expects many NCCL calls).
+@pytest.mark.parametrize("wait,wait_ms", [("1", "100"), ("0", "100"), ("1", "0")])
+def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs, wait, wait_ms):
+    # Each collective "runs" 200 ms; held work waits at most COLLECTIVES_GPU_FUSION_WAIT_MS.
+    # COLLECTIVES_GPU_FUSION_WAIT=0, or a wait of 0 ms: nothing waits (the worker expects many
+    # NCCL calls).
     run = run_workers(1, "gpu_fake_fusion_worker.py", "busy", timeout=120,
-                      env=_fake_env(fake_libs, COLLECTIVES_CYCLE_TIME="100", COLLECTIVES_GPU_FUSION_WAIT=wait))
+                      env=_fake_env(fake_libs, COLLECTIVES_GPU_FUSION_WAIT=wait, COLLECTIVES_GPU_FUSION_WAIT_MS=wait_ms))
     assert_all_ranks_passed(run, 1, min_cases=4)
 
 

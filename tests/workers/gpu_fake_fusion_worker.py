@@ -3,11 +3,12 @@ stand-in libraries of tests/fakes; tests/test_gpu_loader.py).
 
 Usage: gpu_fake_fusion_worker.py busy
 
-The test sets COLLECTIVES_CYCLE_TIME (the longest wait) long, and FAKE_CUDA_EVENT_US makes
+The test sets COLLECTIVES_GPU_FUSION_WAIT_MS (the longest wait) long, or 0, and FAKE_CUDA_EVENT_US makes
 each collective "run" on the GPU for that long, so that the counts below do not depend on how
 fast this machine submits.
 """
 import os
+import time
 
 import numpy as np
 
@@ -15,7 +16,15 @@ import collectives as hvd
 from gpu_fake_runtime_worker import env, fakes
 from gpu_fake_worker import FakeGpuArray, read, run_families
 
-WAIT = os.environ.get("COLLECTIVES_GPU_FUSION_WAIT", "1") != "0"
+WAIT = (os.environ.get("COLLECTIVES_GPU_FUSION_WAIT", "1") != "0"
+        and float(os.environ.get("COLLECTIVES_GPU_FUSION_WAIT_MS", "1")) > 0)
+
+
+def engine_launches():
+    """The engine's own count of its ncclAllReduce calls (Engine.gpu_allreduce_launches)."""
+    from collectives import basics
+
+    return basics.engine().gpu_allreduce_launches
 
 
 def family_busy(chk):
@@ -27,22 +36,29 @@ def family_busy(chk):
                 for n in rng.integers(1, 300, size=count)]
 
     def burst():
-        # The first goes at once (the GPU is idle); the other 39 arrive while it runs and go
-        # together. Before, each was an NCCL call of its own (161 of 161 ResNet-50 gradients).
+        # The first goes at once (the GPU is idle); the other 39 arrive while it runs (within
+        # the 100 ms wait) and go together. Before, each was an NCCL call of its own (161 of 161 ResNet-50 gradients).
         with env(FAKE_CUDA_EVENT_US="200000"):
             xs = arrays(40)
             want = [x.host.copy() for x in xs]  # one rank: the sum is the input
-            before = nccl("allreduce")
-            handles = [hvd.allreduce_async_(x, op=hvd.Sum, name=f"busy.{i}") for i, x in enumerate(xs)]
+            before, counted_before = nccl("allreduce"), engine_launches()
+            handles = []
+            for i, x in enumerate(xs):
+                handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name=f"busy.{i}"))
+                # 2 ms apart, as a backward pass hands them over: without the wait, each finds
+                # the engine ready to negotiate it alone; with it, all arrive within the wait.
+                time.sleep(0.002)
             for h in handles:
                 hvd.synchronize(h)
             calls = nccl("allreduce") - before
+            counted = engine_launches() - counted_before
+        assert counted == calls, f"the engine counted {counted} ncclAllReduce calls, the library saw {calls}"
         for x, w in zip(xs, want):
             np.testing.assert_array_equal(x.host, w)
         if WAIT:
             assert calls <= 4, f"40 allreduces submitted while the GPU was busy took {calls} NCCL calls"
-        else:  # COLLECTIVES_GPU_FUSION_WAIT=0: negotiated as they come
-            assert calls > 4, f"40 allreduces took only {calls} NCCL calls with COLLECTIVES_GPU_FUSION_WAIT=0"
+        else:  # COLLECTIVES_GPU_FUSION_WAIT=0 or COLLECTIVES_GPU_FUSION_WAIT_MS=0: negotiated as they come
+            assert calls > 4, f"40 allreduces took only {calls} NCCL calls without the wait"
     chk.check("a burst submitted while the GPU is busy fuses into few NCCL calls", burst)
 
     def lone_calls():
