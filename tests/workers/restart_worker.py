@@ -19,10 +19,11 @@
         after registering an atexit handler and writing a line to a buffered stdout: the process
         exits with status 7 (ended before the libraries' teardown), the handler ran and the line
         arrived.
-  restart_worker.py finalize_bound
-        rank 0 stays alive without finalizing MPI (it sleeps 60 s once rank 1 has gone); rank 1
-        exits with status 5 and COLLECTIVES_FINALIZE_TIMEOUT_SECONDS=3: its MPI_Finalize gives up
-        after 3 s, saying so, and the job ends long before rank 0's sleep would.
+  restart_worker.py finalize_bound DIR
+        rank 0 stays alive without finalizing MPI (until DIR/status.1 exists, written by the
+        test's wrapper once rank 1's process has ended); rank 1 exits with status 5 and
+        COLLECTIVES_FINALIZE_TIMEOUT_SECONDS=3: its MPI_Finalize gives up after 3 s, saying so,
+        and the process ends with its own status.
   restart_worker.py late_rank DIR
         rank 1 calls init() 5 s late. Rank 0's init() raises StallTimeoutError after 2 s; when
         rank 1 arrives, rank 0's left-behind engine stops rank 1's at once: rank 1's init()
@@ -185,7 +186,7 @@ def abandoned_exit(directory):
 FINALIZE_BOUND_STATUS = 5
 
 
-def finalize_bound():
+def finalize_bound(directory):
     hvd.init()
     sum_allreduce("bound.before")
     if hvd.rank() == 1:
@@ -193,7 +194,10 @@ def finalize_bound():
         sys.exit(FINALIZE_BOUND_STATUS)  # atexit: shutdown, then MPI_Finalize, which waits for rank 0
     wait_until(lambda: not hvd.is_initialized(), 60, "rank 1's exit stops the engine")
     print("[rank 0] staying without finalizing", flush=True)
-    time.sleep(60)
+    # Until rank 1's process has ended (its wrapper writes status.1, see the test). MPICH's
+    # launcher usually ends this rank when rank 1 exits with a failure status, but not always
+    # (1 run in 17 here it waited for this one), so the job's end must not depend on it.
+    wait_until(lambda: os.path.exists(os.path.join(directory, "status.1")), 60, "rank 1's process ends")
     os._exit(0)
 
 
@@ -226,7 +230,7 @@ def main():
     mode = sys.argv[1]
     chk = Checker(int(os.environ.get("PMI_RANK", "0")))
     if mode == "finalize_bound":
-        finalize_bound()
+        finalize_bound(sys.argv[2])
         return
     if mode == "abandoned_exit":
         abandoned_exit(sys.argv[2])
