@@ -301,10 +301,28 @@ stage_extra() {
   run_pytest "host collectives (test_ops, test_torch_ops)" "$(limit 300 10)" -- tests/test_ops.py tests/test_torch_ops.py
 }
 
+# One launch of scripts/gpu_bench.py on $3 ranks within $4 seconds, reported in stage $1's part as
+# "$2: ok/FAILED [time]"; then VAR=value assignments for it, "--", and gpu_bench.py's arguments.
+bench_launch() {
+  local stage=$1 label=$2 n=$3 seconds=$4
+  shift 4
+  local vars=()
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  [ "$(get shared)" = 1 ] && vars+=(COLLECTIVES_TEST_SHARED_GPU=1)
+  echo "===== $label (limit $seconds s)" >>"$STATE/bench.log"
+  local t0=$SECONDS rc
+  env ${vars[@]+"${vars[@]}"} timeout "$seconds" "$(get mpirun)" -np "$n" "$PY" scripts/gpu_bench.py "$@" \
+    >>"$STATE/bench.log" 2>&1
+  rc=$?
+  part "$stage" "- $label: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
+}
+
 stage_bench() {
   LOG_STAGE=bench
   : >"$STATE/part-bench.md"
-  : >"$STATE/bench.log"
+  [ -n "${BENCH_LOG_OPEN:-}" ] || : >"$STATE/bench.log"  # bench and holds of one command share it
+  BENCH_LOG_OPEN=1
   rm -f "$STATE"/bench-np*.json "$STATE"/bench-nowait.json
   local gpus
   gpus=$(get gpus)
@@ -312,25 +330,18 @@ stage_bench() {
     part bench "- not run: no GPU"
     return
   fi
-  local np shared=() mpirun
+  local np
   np=$(get np)
-  mpirun=$(get mpirun)
-  [ "$(get shared)" = 1 ] && shared=(COLLECTIVES_TEST_SHARED_GPU=1)
   local runs=("$np")
   [ "$np" = 2 ] && runs=(2 1)
-  local n seconds t0 rc
+  local n seconds
   for n in "${runs[@]}"; do
     seconds=$(limit $((n == 2 ? 280 : 200)) $((n == 2 && ${#runs[@]} == 2 ? 110 : 50)))
     if [ "$seconds" -lt 30 ]; then
       part bench "- np=$n: not run (the command's time budget is spent)"
       continue
     fi
-    echo "===== np=$n (limit $seconds s)" >>"$STATE/bench.log"
-    t0=$SECONDS
-    env ${shared[@]+"${shared[@]}"} timeout "$seconds" "$mpirun" -np "$n" "$PY" scripts/gpu_bench.py \
-      --time-limit $((seconds - 20)) --json "$STATE/bench-np$n.json" >>"$STATE/bench.log" 2>&1
-    rc=$?
-    part bench "- np=$n: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
+    bench_launch bench "np=$n" "$n" "$seconds" -- --time-limit $((seconds - 20)) --json "$STATE/bench-np$n.json"
   done
   # The fused gradients again without waiting for a busy GPU (COLLECTIVES_GPU_FUSION_WAIT=0).
   seconds=$(limit 90 5)
@@ -338,13 +349,8 @@ stage_bench() {
     part bench "- np=$np without the fusion wait: not run (the command's time budget is spent)"
     return
   fi
-  echo "===== np=$np, COLLECTIVES_GPU_FUSION_WAIT=0, fused only (limit $seconds s)" >>"$STATE/bench.log"
-  t0=$SECONDS
-  env ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_FUSION_WAIT=0 timeout "$seconds" "$mpirun" -np "$np" "$PY" \
-    scripts/gpu_bench.py --sections fused --time-limit $((seconds - 20)) --json "$STATE/bench-nowait.json" \
-    >>"$STATE/bench.log" 2>&1
-  rc=$?
-  part bench "- np=$np without the fusion wait: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
+  bench_launch bench "np=$np without the fusion wait" "$np" "$seconds" COLLECTIVES_GPU_FUSION_WAIT=0 -- \
+    --sections fused --time-limit $((seconds - 20)) --json "$STATE/bench-nowait.json"
 }
 
 # How long GPU work waits for a busy GPU (COLLECTIVES_GPU_FUSION_WAIT_MS): the fused gradients
@@ -352,16 +358,15 @@ stage_bench() {
 stage_holds() {
   LOG_STAGE=bench
   : >"$STATE/part-holds.md"
-  : >"$STATE/bench.log"
+  [ -n "${BENCH_LOG_OPEN:-}" ] || : >"$STATE/bench.log"  # bench and holds of one command share it
+  BENCH_LOG_OPEN=1
   rm -f "$STATE"/bench-hold-*.json
   if [ "$(get gpus)" -lt 1 ] 2>/dev/null; then
     part holds "- not run: no GPU"
     return
   fi
-  local np shared=() mpirun ms seconds t0 rc n=0
+  local np ms seconds n=0
   np=$(get np)
-  mpirun=$(get mpirun)
-  [ "$(get shared)" = 1 ] && shared=(COLLECTIVES_TEST_SHARED_GPU=1)
   for ms in ${GPU_CHECK_HOLDS:-1 5 20 100}; do
     n=$((n + 1))  # a value may come twice (interleaved repeats): one file per launch
     seconds=$(limit 100 10)
@@ -369,13 +374,8 @@ stage_holds() {
       part holds "- np=$np, wait at most $ms ms: not run (the command's time budget is spent)"
       continue
     fi
-    echo "===== np=$np, COLLECTIVES_GPU_FUSION_WAIT_MS=$ms (limit $seconds s)" >>"$STATE/bench.log"
-    t0=$SECONDS
-    env ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_FUSION_WAIT_MS="$ms" timeout "$seconds" "$mpirun" -np "$np" "$PY" \
-      scripts/gpu_bench.py --sections fused,train --time-limit $((seconds - 30)) --json "$STATE/bench-hold-$n-$ms.json" \
-      >>"$STATE/bench.log" 2>&1
-    rc=$?
-    part holds "- np=$np, wait at most $ms ms: $( [ $rc = 0 ] && echo ok || echo "FAILED (rc $rc, bench.log)") [$((SECONDS - t0)) s]"
+    bench_launch holds "np=$np, wait at most $ms ms" "$np" "$seconds" COLLECTIVES_GPU_FUSION_WAIT_MS="$ms" -- \
+      --sections fused,train --time-limit $((seconds - 30)) --json "$STATE/bench-hold-$n-$ms.json"
   done
 }
 
