@@ -142,6 +142,16 @@ def test_gpu_work_arriving_while_the_gpu_is_busy_fuses(fake_libs, wait, wait_ms)
 
 
 @needs_cc
+@pytest.mark.parametrize("wait_ms", ["100", "0"])
+def test_gpu_work_held_on_two_ranks_fuses_alike(fake_libs, wait_ms):
+    # Each rank holds its own burst; whichever cycle starts first takes the other rank's held
+    # work along. Both ranks must make the same NCCL calls, few with the wait, many without.
+    run = run_workers(2, "gpu_fake_fusion_worker.py", "busy_two_ranks", timeout=120,
+                      env=_fake_env(fake_libs, FAKE_NCCL_ANY_RANKS="1", COLLECTIVES_GPU_FUSION_WAIT_MS=wait_ms))
+    assert_all_ranks_passed(run, 2, min_cases=1)
+
+
+@needs_cc
 def test_missing_symbol_is_reported(fake_libs, tmp_path):
     # A "libnccl.so.2" that answers ncclGetVersion but lacks the rest (an NCCL too old, or
     # another library): the reason names the first missing entry point.
