@@ -78,20 +78,28 @@ def nowait_lines(state_dir):
             f"(COLLECTIVES_GPU_FUSION_WAIT=1), {ms(off)} without (=0, a later launch)", ""]
 
 
-def holds_lines(state_dir):
-    """The fused gradients and the training step for each COLLECTIVES_GPU_FUSION_WAIT_MS of the
-    holds stage (gpu-check.sh), with the NCCL allreduce calls each took."""
-    runs = []
+def hold_runs(state_dir):
+    """The holds stage's launches (gpu-check.sh), in launch order: (file name, its JSON or None
+    when unreadable)."""
     def launch_order(name):  # bench-hold-<launch>-<ms>.json
         part = name.split("-")[2] if name.count("-") >= 3 else ""
         return int(part) if part.isdigit() else 0
 
-    for name in sorted(os.listdir(state_dir), key=launch_order):
-        if name.startswith("bench-hold-") and name.endswith(".json"):
-            try:
-                runs.append(json.load(open(os.path.join(state_dir, name))))
-            except (OSError, ValueError):
-                runs.append({"gpu_fusion_wait_ms": name[:-5].split("-")[-1], "notes": ["unreadable"]})
+    names = [n for n in os.listdir(state_dir) if n.startswith("bench-hold-") and n.endswith(".json")]
+    runs = []
+    for name in sorted(names, key=launch_order):
+        try:
+            runs.append((name, json.load(open(os.path.join(state_dir, name)))))
+        except (OSError, ValueError):
+            runs.append((name, None))
+    return runs
+
+
+def holds_lines(named_runs):
+    """The fused gradients and the training step for each COLLECTIVES_GPU_FUSION_WAIT_MS of the
+    holds stage, with the NCCL allreduce calls each took."""
+    runs = [r if r is not None else {"gpu_fusion_wait_ms": name[:-5].split("-")[-1], "notes": ["unreadable"]}
+            for name, r in named_runs]
     if not runs:
         return []
     key = lambda r: float(r["gpu_fusion_wait_ms"]) if str(r.get("gpu_fusion_wait_ms")).replace(".", "").isdigit() else 0
@@ -128,19 +136,14 @@ def main():
                         out += [f"- {name} unreadable: {e}", ""]
             out += nowait_lines(state_dir)
             out += [f"Targets: {TARGETS}.", ""]
-    holds = read(os.path.join(state_dir, "part-holds.md"))
-    if holds:
-        out += ["## How long GPU work waits for a busy GPU", "", holds, ""] + holds_lines(state_dir)
+    runs = hold_runs(state_dir)
+    holds_part = read(os.path.join(state_dir, "part-holds.md"))
+    if holds_part:
+        out += ["## How long GPU work waits for a busy GPU", "", holds_part, ""] + holds_lines(runs)
     out += ["Logs: setup.log, tests.log, bench.log (failures are listed at the end of each pytest run)."]
     with open(os.path.join(report, "gpu-check-report.md"), "w") as f:
         f.write("\n".join(out) + "\n")
-    holds = {}
-    for name in os.listdir(state_dir):
-        if name.startswith("bench-hold-") and name.endswith(".json"):
-            try:
-                holds[name] = json.load(open(os.path.join(state_dir, name)))
-            except (OSError, ValueError):
-                pass
+    holds = {name: r for name, r in runs if r is not None}
     if holds:  # one file for all of them: the device tool brings back at most 8
         with open(os.path.join(report, "bench-holds.json"), "w") as f:
             json.dump(holds, f, indent=1)
