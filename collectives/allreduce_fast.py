@@ -47,9 +47,10 @@ def output_for(tensor):
     return aligned_empty(tensor.shape, tensor.dtype)
 
 
-def spec_or_none(tensor, op, name, prescale_factor, postscale_factor, process_set, inplace):
+def spec_or_none(tensor, op, name, prescale_factor, postscale_factor, process_set, inplace, group="", group_size=0):
     """(spec, out) for the engine, or None when the call is not the common case. ``name`` is
-    the request name already resolved (arguments.name)."""
+    the request name already resolved (arguments.name); ``group``/``group_size`` name a grouped
+    allreduce's group (ops._grouped_async), already resolved too."""
     if type(tensor) is not np.ndarray or (process_set is not global_process_set and process_set is not None):
         return None
     flags = tensor.flags
@@ -68,4 +69,4 @@ def spec_or_none(tensor, op, name, prescale_factor, postscale_factor, process_se
     if not (math.isfinite(prescale) and math.isfinite(postscale)):
         return None
     out = tensor if inplace else output_for(tensor)
-    return (_ALLREDUCE, name, tensor, out, code, int(op), 0, prescale, postscale, [], "", 0, 0), out
+    return (_ALLREDUCE, name, tensor, out, code, int(op), 0, prescale, postscale, [], group, group_size, 0), out

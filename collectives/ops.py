@@ -141,22 +141,37 @@ def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fac
     return _allreduce_start(tensor, op, name, prescale_factor, postscale_factor, process_set, True, True)
 
 
+def _grouped_member(tensor, op, name, prescale_factor, postscale_factor, inplace, group, group_size, process_set):
+    """(conv or None, out, spec) of one tensor of a group: the common call through
+    allreduce_fast's type tests (conv None: ``out`` is the result), anything else through the
+    general checks."""
+    fast = allreduce_fast.spec_or_none(tensor, op, name, prescale_factor, postscale_factor, process_set, inplace,
+                                       group, group_size)
+    if fast is not None:
+        spec, out = fast
+        return None, out, spec
+    return _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, inplace, group, group_size,
+                              process_set)
+
+
 def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
+    """A grouped allreduce's Handle. The synchronous verbs wait on it as it is: making their wait
+    run the cycles (as a synchronous allreduce's does) was slower for a group of six arrays
+    (benchmarks/grouped_bench.py's sync and async rows, on 2 ranks)."""
     tensors = list(tensors)
     if _on_device(tensors):
         return device_ops.grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, inplace,
                                                   process_set)
     group = _name(name, "grouped_allreduce", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
-    with failing_together(OpType.ALLREDUCE, names, process_set, group, len(tensors)):
-        prepared = [
-            _allreduce_prepare(t, op, n, prescale_factor, postscale_factor, inplace, group, len(tensors), process_set)
-            for n, t in zip(names, tensors)
-        ]
+    size = len(tensors)
+    names = [f"{group}.{i}" for i in range(size)]
+    with failing_together(OpType.ALLREDUCE, names, process_set, group, size):
+        prepared = [_grouped_member(t, op, n, prescale_factor, postscale_factor, inplace, group, size, process_set)
+                    for n, t in zip(names, tensors)]
     if inplace:
-        finish = lambda _: [_write_back(conv, out) for conv, out, _ in prepared]  # noqa: E731
+        finish = lambda _: [out if conv is None else _write_back(conv, out) for conv, out, _ in prepared]  # noqa: E731
     else:
-        finish = lambda _: [conv.wrap(out) for conv, out, _ in prepared]  # noqa: E731
+        finish = lambda _: [out if conv is None else conv.wrap(out) for conv, out, _ in prepared]  # noqa: E731
     return submit([spec for _, _, spec in prepared], finish, prepared)
 
 

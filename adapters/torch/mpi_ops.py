@@ -110,8 +110,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    return _wait(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                          process_set))  # a tuple of the tensors, as Horovod
+    """In-place grouped allreduce (no autograd); returns the tensors as a tuple, as Horovod."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return raw.grouped_allreduce_(tensors, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):

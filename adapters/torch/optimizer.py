@@ -8,8 +8,9 @@ communication overlaps the rest of the backward pass (the engine fuses what is i
 
 A model whose gradients are small (fewer bytes in all than ``COLLECTIVES_OVERLAP_MIN_BYTES``,
 1 MiB by default) on host tensors is reduced differently: the hooks only note that a gradient
-is final, and ``step()`` reduces all of them in one grouped allreduce, whose cycles the waiting
-thread runs itself. Overlap cannot gain such a model more than its reduction's few tens of
+is final, and ``step()`` reduces all of them in one grouped allreduce (its cycles run on the
+engine thread, or on the waiting thread when it gets there first: making the wait always run
+them, as the synchronous verbs do, was slower in a paired run). Overlap cannot gain such a model more than its reduction's few tens of
 microseconds, and each reduction started during backward costs hand-offs to the engine thread
 and back on every rank while backward keeps the cores busy: on the 2-core test machine they
 made a small CNN's step 0.3-5.3 ms slower than one reduction in step() (README, "Small
@@ -160,7 +161,7 @@ class _DistributedOptimizer:
 
     def _defers(self, params):
         """Whether step() reduces every gradient at once (module docstring): host parameters
-        only (the waiting thread runs the cycles for host tensors alone), without user groups
+        only (measured on host tensors alone), without user groups
         (they say how to fuse)."""
         if self._groups is not None or not params or any(p.device.type != "cpu" for p in params):
             return False

@@ -240,3 +240,39 @@ def fam_grouped():
             assert_matches(got[0], ref_reduce(xs, F32, hvd.Average), F32, (10,), "unnamed grouped")
             assert_matches(got[1], ref_reduce([x[:3] for x in xs], F32, hvd.Average), F32, (3,), "unnamed grouped")
 
+
+    label = "grouped_allreduce members taking the type-tested path and the general one"
+
+    @case(label)
+    def _():
+        # ops._grouped_member: contiguous numpy arrays of an engine dtype go through
+        # allreduce_fast's type tests, the rest (strided views, Fortran order, an int scale
+        # factor with a numpy float one) through the general checks, in one group.
+        xs = all_inputs(label + "x", (6, 4), F32)
+        ys = all_inputs(label + "y", (5,), I64)
+        zs = all_inputs(label + "z", (3, 2), F64)
+        scale = np.float64(0.5)  # not a Python float: the general path
+        for inplace in (False, True):
+            parent = xs[R].copy()
+            strided = parent[:, ::2]
+            gaps = parent[:, 1::2].copy()
+            mine = [xs[R].copy(), strided, ys[R].copy(), np.array(zs[R][0, 0]), np.asfortranarray(zs[R])]
+            if not inplace:
+                got = hvd.grouped_allreduce(mine, op=hvd.Sum, name=f"{label}.{inplace}", prescale_factor=2,
+                                            postscale_factor=scale)
+            else:
+                got = hvd.grouped_allreduce_(mine, op=hvd.Sum, name=f"{label}.{inplace}", prescale_factor=2,
+                                             postscale_factor=scale)
+                assert all(a is b for a, b in zip(got, mine)), "grouped_allreduce_ must return its arguments"
+                assert_same(parent[:, 1::2], gaps, "the columns between the strided member's")
+            assert_matches(got[0], ref_reduce(xs, F32, hvd.Sum, 2.0, 0.5), F32, (6, 4), f"contiguous, {inplace}")
+            assert_matches(got[1], ref_reduce([x[:, ::2] for x in xs], F32, hvd.Sum, 2.0, 0.5), F32, (6, 2),
+                           f"strided, {inplace}")
+            assert_matches(got[2], ref_reduce(ys, I64, hvd.Sum, 2.0, 0.5), I64, (5,), f"int64, {inplace}")
+            assert_matches(got[3], ref_reduce([z[0, 0] for z in zs], F64, hvd.Sum, 2.0, 0.5), F64, (),
+                           f"0-d, {inplace}")
+            assert_matches(np.asarray(got[4]), ref_reduce(zs, F64, hvd.Sum, 2.0, 0.5), F64, (3, 2),
+                           f"Fortran order, {inplace}")
+            if inplace:
+                assert_matches(parent[:, ::2], ref_reduce([x[:, ::2] for x in xs], F32, hvd.Sum, 2.0, 0.5), F32,
+                               (6, 2), "strided member written back")
