@@ -17,7 +17,7 @@ Families:
   optimizer  DistributedOptimizer on CUDA: N ranks on N slices of a batch reach the parameters
              of one process on the whole batch (SGD-momentum, Adam, groups,
              backward_passes_per_step, fp16/bf16 compression), broadcast_parameters and
-             broadcast_optimizer_state with CUDA state.
+             broadcast_optimizer_state with CUDA state (gpu_optimizer_checks.py).
   errors     ranks that disagree on GPU vs CPU get a TensorMismatchError.
 
 GPU_TEST_DEVICE=cpu runs the same checks on CPU tensors (the suite does this on machines
@@ -49,6 +49,7 @@ import torch  # noqa: E402
 
 import collectives as hvd_core  # noqa: E402
 import collectives.torch as hvd  # noqa: E402
+import gpu_optimizer_checks  # noqa: E402
 from common import Checker, rank_input  # noqa: E402
 
 torch.set_num_threads(1)
@@ -388,78 +389,8 @@ def family_fusion(chk):
 
 # ---------------------------------------------------------------- optimizer
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = torch.nn.Linear(12, 16)
-        self.b = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.b(torch.tanh(self.a(x)))
-
-
-def _train(make_opt, dtype, steps=4, per_rank=6, bpps=1, distributed=None, tol=1e-10):
-    torch.manual_seed(0)
-    ref = Net().to(dtype).to(DEV)
-    mine = Net().to(dtype).to(DEV)
-    mine.load_state_dict(ref.state_dict())
-    g = torch.Generator().manual_seed(1)
-    data = [(torch.randn(N * per_rank * bpps, 12, generator=g).to(dtype).to(DEV),
-             torch.randn(N * per_rank * bpps, 4, generator=g).to(dtype).to(DEV)) for _ in range(steps)]
-    ref_opt = make_opt(ref.parameters())
-    opt = hvd.DistributedOptimizer(make_opt(mine.parameters()), named_parameters=mine.named_parameters(),
-                                   backward_passes_per_step=bpps, **(distributed or {}))
-    for x, y in data:
-        ref_opt.zero_grad()
-        torch.nn.functional.mse_loss(ref(x), y).backward()
-        ref_opt.step()
-        opt.zero_grad()
-        mine_x = x[R * per_rank * bpps:(R + 1) * per_rank * bpps]
-        mine_y = y[R * per_rank * bpps:(R + 1) * per_rank * bpps]
-        for k in range(bpps):  # each micro-batch's mean, averaged over passes and ranks = the full mean
-            sl = slice(k * per_rank, (k + 1) * per_rank)
-            (torch.nn.functional.mse_loss(mine(mine_x[sl]), mine_y[sl]) / bpps).backward()
-        opt.step()
-    for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
-        np.testing.assert_allclose(host(p), host(q), rtol=tol, atol=tol, err_msg=name)
-        assert p.device.type == DEV.type
-
-
 def family_optimizer(chk):
-    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
-    adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
-    chk.check("SGD-momentum, float64", lambda: _train(sgd, torch.float64))
-    chk.check("Adam, float64", lambda: _train(adam, torch.float64))
-    chk.check("groups=2", lambda: _train(sgd, torch.float64, distributed={"groups": 2}))
-    chk.check("backward_passes_per_step=2", lambda: _train(sgd, torch.float64, bpps=2))
-    chk.check("gradient_predivide_factor", lambda: _train(sgd, torch.float64,
-                                                          distributed={"gradient_predivide_factor": 2.0}))
-    chk.check("fp16 compression", lambda: _train(sgd, torch.float32, tol=2e-3,
-                                                  distributed={"compression": hvd.Compression.fp16}))
-    chk.check("bf16 compression", lambda: _train(sgd, torch.float32, tol=3e-2,
-                                                 distributed={"compression": hvd.Compression.bf16}))
-    chk.check("float16 parameters", lambda: _train(sgd, torch.float16, steps=2, tol=5e-3))
-    chk.check("bfloat16 parameters", lambda: _train(sgd, torch.bfloat16, steps=2, tol=3e-2))
-
-    def broadcasts():
-        torch.manual_seed(R)  # different on every rank
-        model = Net().to(DEV)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        if R == 0:  # only the root has optimizer state
-            model(torch.randn(2, 12, device=DEV)).sum().backward()
-            opt.step()
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(opt, root_rank=0)
-        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        gathered = hvd.allgather(flat.unsqueeze(0))
-        assert torch.equal(gathered, flat.unsqueeze(0).expand(N, -1)), "parameters differ"
-        for state in opt.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0:
-                    assert value.device.type == DEV.type, (key, value.device)
-                    g = hvd.allgather(value.reshape(1, -1).float())
-                    assert torch.equal(g, g[:1].expand_as(g)), key
-    chk.check("broadcast_parameters and broadcast_optimizer_state (CUDA state)", broadcasts)
+    gpu_optimizer_checks.family_optimizer(chk, DEV, R, N)
 
 
 # ---------------------------------------------------------------- errors
