@@ -45,11 +45,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import torch  # noqa: E402
 
 import collectives.torch as hvd  # noqa: E402
-from machine_info import describe_load, describe_machine, load_average, utc_now  # noqa: E402
-from small_models import MODE_LABELS, MODEL_LABELS, MODES, REFERENCE_MODES, VARIANT_MODES, make_training_step  # noqa: E402
+from machine_info import describe_load, load_average  # noqa: E402
+from small_models import (MODE_LABELS, MODEL_LABELS, MODES, REFERENCE_MODES, VARIANT_MODES,  # noqa: E402
+                          start_benchmark)
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -206,18 +206,8 @@ def main():
     args = parse_args()
     if args.pool:
         return pool(args.pool)
-    torch.set_num_threads(1)
-    hvd.init()
-    rank0 = hvd.rank() == 0
-    if rank0:
-        print(f"busy-machine benchmark: {describe_machine()}; {utc_now()}", flush=True)
-    loads_start = load_average()
-    steps = {}
-    for mode in args.modes.split(","):
-        steps[mode] = make_training_step(mode, args.model, args.batch_size)
-        hvd.barrier()
-        for _ in range(args.warmup_steps):
-            steps[mode]()
+    rank0, loads_start, steps = start_benchmark("busy-machine benchmark", args.modes.split(","), args.model,
+                                                args.batch_size, args.warmup_steps)
     spinner = Spinner() if rank0 else None
     try:
         times, other_cpu, idle, share = run_rounds(args, steps, spinner)

@@ -26,8 +26,8 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import collectives.torch as hvd  # noqa: E402
-from machine_info import describe_load, describe_machine, load_average, utc_now  # noqa: E402
-from small_models import MODE_LABELS, MODEL_LABELS, make_training_step  # noqa: E402
+from machine_info import describe_load, load_average  # noqa: E402
+from small_models import MODE_LABELS, MODEL_LABELS, start_benchmark  # noqa: E402
 
 
 def parse_args():
@@ -47,16 +47,8 @@ def main():
     modes = args.modes.split(",")
     if "none" not in modes:
         sys.exit("--modes must include none")
-    hvd.init()
-    rank0 = hvd.rank() == 0
-    if rank0:
-        print(f"overlap benchmark: {describe_machine()}; {utc_now()}", flush=True)
-    loads_start = load_average()
-    steps = {}
-    for mode in modes:
-        steps[mode] = make_training_step(mode, args.model)
-        for _ in range(args.warmup_steps):
-            steps[mode]()
+    rank0, loads_start, steps = start_benchmark("overlap benchmark", modes, args.model,
+                                                warmup_steps=args.warmup_steps)
     times = {mode: [] for mode in modes}  # per round: this rank's step times of the block
     for r in range(args.blocks):
         for k in range(len(modes)):

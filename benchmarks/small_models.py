@@ -99,6 +99,28 @@ def make_training_step(mode, model_name, batch_size=64):
     return step
 
 
+def start_benchmark(title, modes, model_name, batch_size=64, warmup_steps=5):
+    """The common start of the benchmarks that time these steps: one torch thread per rank (as
+    the peer kit and the tests run), ``hvd.init()``, a banner on rank 0, the load average, and
+    each mode's step built and warmed up (a barrier before each, so ranks warm up together).
+    Returns (rank0, load at the start, {mode: step})."""
+    from machine_info import describe_machine, load_average, utc_now
+
+    torch.set_num_threads(1)
+    hvd.init()
+    rank0 = hvd.rank() == 0
+    if rank0:
+        print(f"{title}: {describe_machine()}; {utc_now()}", flush=True)
+    loads_start = load_average()
+    steps = {}
+    for mode in modes:
+        steps[mode] = make_training_step(mode, model_name, batch_size)
+        hvd.barrier()
+        for _ in range(warmup_steps):
+            steps[mode]()
+    return rank0, loads_start, steps
+
+
 def _batch(batch_size):
     """This rank's synthetic batch (different on every rank)."""
     generator = torch.Generator().manual_seed(hvd.rank())
