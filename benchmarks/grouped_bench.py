@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import collectives as hvd  # noqa: E402
-from machine_info import describe_load, describe_machine, load_average, utc_now  # noqa: E402
+from machine_info import describe_load, describe_machine, load_average, rotated, utc_now  # noqa: E402
 
 
 def parameter_shapes(model_name):
@@ -102,14 +102,12 @@ def main():
         for _ in range(args.calls):
             fn()
     times = {name: [] for name in names}
-    for r in range(args.rounds):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                fns[name]()
-            times[name].append((time.perf_counter() - start) / args.calls * 1e6)
+    for _, name in rotated(names, args.rounds):
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(args.calls):
+            fns[name]()
+        times[name].append((time.perf_counter() - start) / args.calls * 1e6)
     slowest = {name: np.max(comm.allgather(times[name]), axis=0) for name in names}
     if not rank0:
         return

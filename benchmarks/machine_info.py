@@ -45,3 +45,12 @@ def describe_load(loads):
 
 def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def rotated(names, rounds):
+    """(round, name) for each name in each round, the order rotating between rounds: no variant
+    always runs first, or always after the same one (the interleaved rounds of DESIGN.md's
+    measuring method)."""
+    for r in range(rounds):
+        for k in range(len(names)):
+            yield r, names[(r + k) % len(names)]

@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import collectives.torch as hvd  # noqa: E402
-from machine_info import describe_load, load_average  # noqa: E402
+from machine_info import describe_load, load_average, rotated  # noqa: E402
 from small_models import MODE_LABELS, MODEL_LABELS, start_benchmark  # noqa: E402
 
 
@@ -50,16 +50,14 @@ def main():
     rank0, loads_start, steps = start_benchmark("overlap benchmark", modes, args.model,
                                                 warmup_steps=args.warmup_steps)
     times = {mode: [] for mode in modes}  # per round: this rank's step times of the block
-    for r in range(args.blocks):
-        for k in range(len(modes)):
-            mode = modes[(r + k) % len(modes)]  # the order rotates between rounds
-            hvd.barrier()
-            block = []
-            for _ in range(args.block_steps):
-                start = time.perf_counter()
-                steps[mode]()
-                block.append((time.perf_counter() - start) * 1e3)
-            times[mode].append(block)
+    for _, mode in rotated(modes, args.blocks):
+        hvd.barrier()
+        block = []
+        for _ in range(args.block_steps):
+            start = time.perf_counter()
+            steps[mode]()
+            block.append((time.perf_counter() - start) * 1e3)
+        times[mode].append(block)
     everyone = hvd.allgather_object(times)
     if not rank0:
         return

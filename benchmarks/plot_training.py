@@ -28,6 +28,7 @@ COLORS = {"collectives": "tab:blue", "none": "tab:gray", "ddp": "tab:orange"}
 
 def measure_model(model_name, args, hvd, modes):
     """{mode: [samples/s per round]} for one model."""
+    from machine_info import rotated
     from small_models import make_training_step
 
     steps = {}
@@ -37,16 +38,14 @@ def measure_model(model_name, args, hvd, modes):
         for _ in range(args.warmup_steps):
             steps[mode]()
     rates = {mode: [] for mode in modes}
-    for r in range(args.rounds):
-        for k in range(len(modes)):
-            mode = modes[(r + k) % len(modes)]
-            hvd.barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.steps_per_round):
-                steps[mode]()
-            seconds = time.perf_counter() - t0
-            slowest = max(hvd.allgather_object(seconds, name=f"plot.{model_name}.{mode}.{r}"))
-            rates[mode].append(hvd.size() * args.batch_size * args.steps_per_round / slowest)
+    for r, mode in rotated(modes, args.rounds):
+        hvd.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.steps_per_round):
+            steps[mode]()
+        seconds = time.perf_counter() - t0
+        slowest = max(hvd.allgather_object(seconds, name=f"plot.{model_name}.{mode}.{r}"))
+        rates[mode].append(hvd.size() * args.batch_size * args.steps_per_round / slowest)
     return rates
 
 
