@@ -67,8 +67,7 @@ def grouped_allreduce_async_(tensors, op, name=None, prescale_factor=1.0, postsc
 
 
 def grouped_allreduce(tensors, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    """Synchronous, through the core's synchronous verb (its wait runs the engine's cycles, as
-    ``allreduce``'s does); a tuple, as Horovod's."""
+    """Synchronous, through the core's synchronous verb (no TorchHandle); a tuple, as Horovod's."""
     arrays = [to_numpy(t, "grouped_allreduce") for t in tensors]
     results = _ops.grouped_allreduce(arrays, op, name, prescale_factor, postscale_factor, process_set)
     return tuple(from_numpy(r) for r in results)

@@ -10,11 +10,11 @@ A model whose gradients are small (fewer bytes in all than ``COLLECTIVES_OVERLAP
 1 MiB by default) on host tensors is reduced differently: the hooks only note that a gradient
 is final, and ``step()`` reduces all of them in one grouped allreduce (its cycles run on the
 engine thread, or on the waiting thread when it gets there first: making the wait always run
-them, as the synchronous verbs do, was slower in a paired run). Overlap cannot gain such a model more than its reduction's few tens of
-microseconds, and each reduction started during backward costs hand-offs to the engine thread
-and back on every rank while backward keeps the cores busy: on the 2-core test machine they
-made a small CNN's step 2.6-7.8 ms slower than one reduction in step() (README, "Small
-models"). The results are the same either way.
+them, as the synchronous verbs do, was slower in a paired run). Overlap cannot gain such a
+model more than its reduction's few tens of microseconds, and each reduction started during
+backward costs hand-offs to the engine thread and back on every rank while backward keeps the
+cores busy: on the 2-core test machine they made a small CNN's step 2.6-7.8 ms slower than one
+reduction in step() (README, "Small models"). The results are the same either way.
 
 Sparse COO gradients (``nn.Embedding(sparse=True)``) are, as in Horovod, allgathered (indices
 and values) and coalesced unless ``sparse_as_dense=True``; ``p.grad`` then holds the sparse
