@@ -245,13 +245,13 @@ def fam_grouped():
 
     @case(label)
     def _():
-        # ops._grouped_member: contiguous numpy arrays of an engine dtype go through
-        # allreduce_fast's type tests, the rest (strided views, Fortran order, an int scale
-        # factor with a numpy float one) through the general checks, in one group.
+        # ops._grouped_member: contiguous numpy arrays of an engine dtype (with Python int or
+        # float scale factors) go through allreduce_fast's type tests, strided views and
+        # Fortran order through the general checks, in one group.
         xs = all_inputs(label + "x", (6, 4), F32)
         ys = all_inputs(label + "y", (5,), I64)
         zs = all_inputs(label + "z", (3, 2), F64)
-        scale = np.float64(0.5)  # not a Python float: the general path
+        scale = 0.5
         for inplace in (False, True):
             parent = xs[R].copy()
             strided = parent[:, ::2]
