@@ -32,18 +32,25 @@ class Run:
         return f"exit code {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
 
 
-def run_workers(np, script, *args, timeout=120, env=None, expect_success=True):
-    """Launch ``tests/workers/<script>`` on ``np`` ranks; returns a Run.
-
-    With expect_success, a non-zero exit fails the calling test with the full output.
-    """
+def worker_env(env=None):
+    """The environment of a worker's ranks: this one, one compute thread per rank (the machine
+    has 2 cores and tests oversubscribe it), unbuffered output, tests/ on PYTHONPATH (for the
+    workers' shared modules), then ``env``."""
     full_env = dict(os.environ)
-    # One compute thread per rank: the machine has 2 cores and tests oversubscribe it.
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, full_env.get("PYTHONPATH")]))
     if env:
         full_env.update(env)
+    return full_env
+
+
+def run_workers(np, script, *args, timeout=120, env=None, expect_success=True):
+    """Launch ``tests/workers/<script>`` on ``np`` ranks; returns a Run.
+
+    With expect_success, a non-zero exit fails the calling test with the full output.
+    """
+    full_env = worker_env(env)
     cmd = [mpirun_path(), "-np", str(np), sys.executable, os.path.join(WORKERS, script), *map(str, args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
                             start_new_session=True)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mpi_launch import HERE, WORKERS, assert_all_ranks_passed, mpirun_path, run_workers
+from mpi_launch import WORKERS, assert_all_ranks_passed, mpirun_path, run_workers, worker_env
 
 # Item 1: as many runs as fit (at least EXIT_MIN_RUNS). Before the fix nearly every run aborted,
 # so ten runs would all but surely show it; the budget keeps CI inside its 25 minutes.
@@ -54,8 +54,7 @@ def test_ctrl_c_at_the_launcher_ends_a_blocked_job(tmp_path):
     Ctrl-C in a terminal does): every rank raises KeyboardInterrupt and is gone within seconds.
     (Started here rather than by run_workers: the test must signal the job while it runs; the
     same command, environment and hard timeout.)"""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+    env = worker_env()
     cmd = [mpirun_path(), "-np", "2", sys.executable, os.path.join(WORKERS, "lifecycle_worker.py"), "ctrl_c",
            str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -145,9 +144,7 @@ def test_mpi_finalize_at_exit_is_bounded(tmp_path):
     (3 s) with a line on stderr, and the process still ends with its own status, read by a shell
     wrapper around each rank (mpirun's own status is the launcher's choice: 5, or 9 when it
     killed rank 0 first, seen 1 run in 17)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.update(RESTART_ENV, COLLECTIVES_FINALIZE_TIMEOUT_SECONDS="3")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
+    env = worker_env(dict(RESTART_ENV, COLLECTIVES_FINALIZE_TIMEOUT_SECONDS="3"))
     status_dir = str(tmp_path)
     # The wrapper: the rank's exit status and seconds alive, written once its process has ended.
     wrapper = ('start=$(date +%s.%N); "$@"; rc=$?; end=$(date +%s.%N); '
