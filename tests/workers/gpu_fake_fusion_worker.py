@@ -65,13 +65,19 @@ def burst(arrays):
         assert calls > few, f"40 allreduces took only {calls} NCCL calls without the wait"
 
 
-def family_busy(chk):
-    _, nccl, _ = fakes()
-    rng = np.random.default_rng(11)
+def random_arrays(seed):
+    """arrays(count): that many stand-in GPU arrays of 1-299 float32 integers, from ``seed``."""
+    rng = np.random.default_rng(seed)
 
     def arrays(count):
         return [FakeGpuArray(rng.integers(-50, 50, size=int(n)).astype(np.float32))
                 for n in rng.integers(1, 300, size=count)]
+    return arrays
+
+
+def family_busy(chk):
+    _, nccl, _ = fakes()
+    arrays = random_arrays(11)
 
     chk.check("a burst submitted while the GPU is busy fuses into few NCCL calls", lambda: burst(arrays))
 
@@ -115,10 +121,8 @@ def family_busy(chk):
 def family_busy_two_ranks(chk):
     """The burst on two ranks (FAKE_NCCL_ANY_RANKS=1): each holds its own work, a peer's cycle
     takes the other's along, and both make the same few NCCL calls."""
-    rng = np.random.default_rng(12)
-    chk.check("a burst on two ranks fuses alike on both", lambda: burst(
-        lambda count: [FakeGpuArray(rng.integers(-50, 50, size=int(n)).astype(np.float32))
-                       for n in rng.integers(1, 300, size=count)]))
+    arrays = random_arrays(12)
+    chk.check("a burst on two ranks fuses alike on both", lambda: burst(arrays))
 
 
 if __name__ == "__main__":
