@@ -65,12 +65,20 @@ def allreduce_launches():
     return getattr(basics.engine(), "gpu_allreduce_launches", None)
 
 
-def launches_per_run(fn, runs):
-    """fn() (which runs `runs` times whatever it measures), and the NCCL allreduce calls per run."""
+def launches_per_run(measure, fn):
+    """measure(fn)'s result (it runs fn some times: warm-up and timed runs), and the NCCL
+    allreduce calls per run of fn."""
+    runs = 0
+
+    def counted():
+        nonlocal runs
+        runs += 1
+        fn()
+
     before = allreduce_launches()
-    result = fn()
+    result = measure(counted)
     after = allreduce_launches()
-    return result, (None if before is None else (after - before) / runs)
+    return result, (None if before is None or not runs else (after - before) / runs)
 
 
 def timed(fn, iters, warmup=3):
@@ -176,7 +184,7 @@ class Bench:
         self.r["resnet50_tensors"] = len(grads)
         self.r["resnet50_MB"] = total * 4 / 1e6
         self.r["fused_161_s"], self.r["fused_161_launches"] = launches_per_run(
-            lambda: timed(fused, self.args.iters), self.args.iters + 3)
+            lambda f: timed(f, self.args.iters), fused)
         self.r["one_call_flat_s"] = timed(lambda: hvd.allreduce_(flat, op=hvd.Average, name="bench.flat"),
                                           self.args.iters)
         if self.dist:
@@ -229,7 +237,7 @@ class Bench:
         # Two rounds, alternating, so that neither side gets only the warm (or cold) GPU.
         a, b, calls = [], [], []
         for _ in range(2):
-            t, n = launches_per_run(lambda: timed(ours, self.args.train_steps, warmup=3), self.args.train_steps + 3)
+            t, n = launches_per_run(lambda f: timed(f, self.args.train_steps, warmup=3), ours)
             a.append(t)
             calls.append(n)
             b.append(timed(theirs, self.args.train_steps, warmup=3))
