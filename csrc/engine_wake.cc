@@ -7,6 +7,11 @@
 namespace collectives {
 namespace {
 
+// A knob's milliseconds (a double: fractions count) as the engine's clock duration.
+Clock::duration Milliseconds(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
 // How often a waiting thread checks for the wake messages of peers on other hosts (the doorbell
 // needs no polling). Active: some rank has work in flight, so answer quickly. Idle: nothing
 // anywhere; a peer's wake matters only when that peer is ahead of us, and our own submissions
@@ -115,8 +120,7 @@ bool Engine::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
     bytes += NumElements(q.shape) * DataTypeSize(q.dtype);
   }
   if (bytes >= config_.fusion_threshold) return false;
-  const Clock::time_point release =
-      oldest + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.gpu_fusion_wait_ms));
+  const Clock::time_point release = oldest + Milliseconds(config_.gpu_fusion_wait_ms);
   if (now >= release) return false;
   gpu_hold_.store(true);
   // The GPU may have finished between the first look and the flag, whose ring would be missed.
@@ -134,7 +138,7 @@ bool Engine::PeerStarted() {
 }
 
 auto Engine::CycleTime() const -> Clock::duration {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  return Milliseconds(config_.cycle_time_ms);
 }
 
 auto Engine::NextCycleInterval() const -> Clock::duration {
