@@ -1,12 +1,12 @@
 """How many NCCL calls a burst of GPU allreduces becomes, with no GPU: ResNet-50's 161 gradient
 shapes, each submitted with allreduce_async_ and then synchronized, through the stand-in CUDA
-driver and NCCL of tests/fakes (one rank), which count the calls. FAKE_CUDA_EVENT_US makes
+driver and NCCL of tests/gpu/fakes (one rank), which count the calls. FAKE_CUDA_EVENT_US makes
 each collective take that long on the stand-in "GPU"; COLLECTIVES_GPU_FUSION_WAIT=0 turns off
 the engine's wait for a busy GPU, and COLLECTIVES_GPU_FUSION_WAIT_MS bounds it (README, "GPUs",
 Fusion).
 
     mkdir -p /tmp/fk && for f in cuda:libcuda.so.1 nccl:libnccl.so.2; do
-      cc -shared -fPIC -O1 -Icsrc -o /tmp/fk/${f#*:} tests/fakes/fake_${f%%:*}.c -Wl,-soname,${f#*:}; done
+      cc -shared -fPIC -O1 -Icsrc -o /tmp/fk/${f#*:} tests/gpu/fakes/fake_${f%%:*}.c -Wl,-soname,${f#*:}; done
     LD_LIBRARY_PATH=/tmp/fk COLLECTIVES_NCCL_LIBRARY=/tmp/fk/libnccl.so.2 FAKE_CUDA_EVENT_US=100 \\
       .venv/bin/mpirun -np 1 .venv/bin/python benchmarks/gpu_fusion_calls.py [--rounds 3]
 
@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "workers"))
+TESTS = os.path.join(os.path.dirname(HERE), "tests")
+sys.path[:0] = [os.path.join(TESTS, "gpu", "workers"), os.path.join(TESTS, "support")]
 
 import collectives as hvd  # noqa: E402
 from allreduce_bench import RESNET50  # noqa: E402

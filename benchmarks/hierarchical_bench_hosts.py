@@ -1,4 +1,4 @@
-"""Runs benchmarks/hierarchical_bench.py on 2 simulated hosts x 2 ranks (tests/simhosts.py: network
+"""Runs benchmarks/hierarchical_bench.py on 2 simulated hosts x 2 ranks (tests/support/simhosts.py: network
 namespaces joined by a bridge; needs root), each host's egress shaped to RATE with tc tbf and
 UCX kept to TCP (UCX_TLS=tcp,self, set by SimHosts.env) so that the traffic between hosts
 crosses the shaped links. The namespaces are removed afterwards, whatever happens.
@@ -11,7 +11,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 import simhosts  # noqa: E402 - the tests' helper, found through the path above
 
 

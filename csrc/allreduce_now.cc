@@ -100,7 +100,7 @@ enum Outcome { kRefused = 0, kFailed = 1, kInterrupted = 2 };
 // numpy's ndarray type, looked up when the module loads. Not in a function-local static: the first
 // calls may come from several threads at once, and one that blocked on the static's guard while
 // holding the GIL, as another thread ran numpy's import under that guard (and needed the GIL
-// back), deadlocked the process (daemon threads' first allreduces in tests/test_lifecycle.py).
+// back), deadlocked the process (daemon threads' first allreduces in tests/engine/test_lifecycle.py).
 PyTypeObject* g_ndarray_type = nullptr;
 
 py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handle op, py::handle prescale,

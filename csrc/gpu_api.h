@@ -3,7 +3,7 @@
 // (gpu_loader.cc). One build then serves machines with and without GPUs.
 //
 // Values and signatures follow cuda.h (driver API, CUDA >= 11.2) and nccl.h (NCCL >= 2.11).
-// tests/test_gpu_api_headers.py compiles tests/gpu_api_check.cc, which static_asserts every
+// tests/gpu/test_gpu_api_headers.py compiles tests/gpu/gpu_api_check.cc, which static_asserts every
 // function type, constant and struct size below against the real headers wherever they are
 // installed. Every enum is passed as int: C enums are int-sized in the x86-64 and AArch64
 // ABIs, and NCCL keeps ncclRedOp_t int-sized on purpose.

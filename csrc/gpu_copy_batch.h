@@ -1,7 +1,7 @@
 /* The batched copy kernel's argument and its per-thread work, shared by the kernel
  * (gpu_kernels.cu, compiled by nvcc), the engine that launches it (gpu_kernels.cc), a CPU
- * run of the same work for tests (tests/gpu_kernel_check.cc) and the stand-in driver
- * (tests/fakes/fake_cuda.c). Plain C layout: it is passed by value as the kernel's one
+ * run of the same work for tests (tests/gpu/gpu_kernel_check.c) and the stand-in driver
+ * (tests/gpu/fakes/fake_cuda.c). Plain C layout: it is passed by value as the kernel's one
  * parameter, so host and device must agree byte for byte. */
 #ifndef COLLECTIVES_GPU_COPY_BATCH_H_
 #define COLLECTIVES_GPU_COPY_BATCH_H_

@@ -61,7 +61,7 @@ Status MpiBackend::Check(int rc, const char* what) const {
 // (mpi_wait.h), not inside MPICH's blocking wait: that one polls without pause, or, with
 // MPIR_CVAR_ENABLE_HEAVY_YIELD=1 (what collectivesrun sets when ranks outnumber cores), calls
 // nanosleep(1 ns) between polls, a system call per poll: 6,000 mixed ops on 3 ranks on 2 cores
-// spent 6.7 min of system time in 5 min (tests/test_memory.py's soak), nearly all of it there.
+// spent 6.7 min of system time in 5 min (tests/engine/test_memory.py's soak), nearly all of it there.
 Status MpiBackend::Complete(int start_rc, MPI_Request* request, int64_t bytes, const char* what) const {
   if (start_rc != MPI_SUCCESS) return Check(start_rc, what);
   return Check(WaitForRequest(request, bytes), what);

@@ -12,7 +12,7 @@
 // every core), a yield loop still takes a contended core: Linux's fair scheduler picks a
 // yielding thread again soon, and a yield moves no thread from another core's queue. With 3
 // ranks on 2 cores, yield loops made a soak of 6,000 small ops spend 6.7 min of system time in
-// 5 min of wall clock (tests/test_memory.py). So an oversubscribed wait skips the spin and has
+// 5 min of wall clock (tests/engine/test_memory.py). So an oversubscribed wait skips the spin and has
 // its own, short, yield phase before it sleeps.
 #pragma once
 #include <atomic>

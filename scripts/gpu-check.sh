@@ -7,7 +7,7 @@
 #            else carried wheels); MPICH and mpi4py from carried wheels, checked to be one MPI;
 #            the engine built; whether two ranks can share one GPU. Done once per machine:
 #            later stages reuse it (state in build/gpu-check) and run it first when missing.
-#     tests  the header check and GPU library tests, then tests/test_gpu.py at 2 ranks (or 1).
+#     tests  the header check and GPU library tests, then tests/gpu/test_gpu.py at 2 ranks (or 1).
 #     bench  scripts/gpu_bench.py at 2 ranks and at 1: allreduce and fusion against raw NCCL
 #            and a device copy, DistributedOptimizer's training step against torch DDP; then the
 #            fused gradients again with COLLECTIVES_GPU_FUSION_WAIT=0.
@@ -280,11 +280,11 @@ stage_tests() {
   np=$(get np)
   [ "$(get shared)" = 1 ] && shared=(COLLECTIVES_TEST_SHARED_GPU=1)
   run_pytest "headers, kernel and GPU libraries (test_gpu_api_headers, test_gpu_kernels, test_gpu_libs, test_gpu_loader)" \
-    "$(limit 150 200)" -- tests/test_gpu_api_headers.py tests/test_gpu_kernels.py tests/test_gpu_libs.py tests/test_gpu_loader.py
+    "$(limit 150 200)" -- tests/gpu/test_gpu_api_headers.py tests/gpu/test_gpu_kernels.py tests/gpu/test_gpu_libs.py tests/gpu/test_gpu_loader.py
   local left
   left=$(limit 420 10)
   run_pytest "GPU tests at $np rank(s)" "$left" COLLECTIVES_GPU_TEST_NP="$np" ${shared[@]+"${shared[@]}"} \
-    COLLECTIVES_GPU_TEST_TIMEOUT=$((left > 200 ? 200 : left)) -- tests/test_gpu.py
+    COLLECTIVES_GPU_TEST_TIMEOUT=$((left > 200 ? 200 : left)) -- tests/gpu/test_gpu.py
 }
 
 stage_extra() {
@@ -292,13 +292,13 @@ stage_extra() {
   : >"$STATE/part-tests.md"
   : >"$STATE/tests.log"
   run_pytest "GPU tests at 1 rank" "$(limit 240 200)" COLLECTIVES_GPU_TEST_NP=1 COLLECTIVES_GPU_TEST_TIMEOUT=150 -- \
-    tests/test_gpu.py
+    tests/gpu/test_gpu.py
   local np shared=()
   np=$(get np)
   [ "$(get shared)" = 1 ] && shared=(COLLECTIVES_TEST_SHARED_GPU=1)
   run_pytest "fusion and optimizer at $np rank(s) without the copy kernel" "$(limit 150 120)" COLLECTIVES_GPU_COPY_KERNEL=0 \
-    COLLECTIVES_GPU_TEST_NP="$np" ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_TEST_TIMEOUT=120 -- tests/test_gpu.py -k "fusion or optimizer"
-  run_pytest "host collectives (test_ops, test_torch_ops)" "$(limit 300 10)" -- tests/test_ops.py tests/test_torch_ops.py
+    COLLECTIVES_GPU_TEST_NP="$np" ${shared[@]+"${shared[@]}"} COLLECTIVES_GPU_TEST_TIMEOUT=120 -- tests/gpu/test_gpu.py -k "fusion or optimizer"
+  run_pytest "host collectives (test_ops, test_torch_ops)" "$(limit 300 10)" -- tests/engine/test_ops.py tests/torch/test_torch_ops.py
 }
 
 # One launch of scripts/gpu_bench.py on $3 ranks within $4 seconds, reported in stage $1's part as

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-if os.environ.get("COLLECTIVES_TEST_SHARED_GPU") == "1":  # see tests/workers/gpu_worker.py
+if os.environ.get("COLLECTIVES_TEST_SHARED_GPU") == "1":  # see tests/gpu/workers/gpu_worker.py
     _rank = (os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
              or "0")
     os.environ["NCCL_HOSTID"] = f"collectives-bench-host-{_rank}"

@@ -20,7 +20,7 @@ GPU_CHECK_BUDGET_S=200 bash scripts/gpu-check.sh --report "$REPORT/setup" setup 
 state() { grep "^$1=" build/gpu-check/state | tail -1 | cut -d= -f2-; }
 PY=$(state python)
 MPIRUN=$(state mpirun)
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH=$PWD/tests/workers
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH=$PWD/tests/support  # the workers' shared modules
 SO=$(ls collectives/_engine*.so 2>/dev/null | head -1)
 {
   echo "--- python $PY, mpirun $MPIRUN, CXX=${CXX:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
@@ -34,8 +34,8 @@ cp "$SO" "$REPORT/engine.so" 2>/dev/null
 
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(
-  "COLLECTIVES_NCCL_LIBRARY=/nonexistent/libnccl.so.2 1 tests/workers/gpu_fake_worker.py nolibs"
-  "2 tests/workers/errors_worker.py local"
+  "COLLECTIVES_NCCL_LIBRARY=/nonexistent/libnccl.so.2 1 tests/gpu/workers/gpu_fake_worker.py nolibs"
+  "2 tests/engine/workers/errors_worker.py local"
   "COLLECTIVES_TEST_SHARED_GPU=1 2 scripts/gpu_bench.py --probe")
 GDB=("${GDB_BIN:-cuda-gdb}" -q -batch -ex "set pagination off" -ex "set print thread-events off" -ex run
      -ex "p \$_siginfo._sifields._sigfault.si_addr" -ex "x/4i \$pc" -ex "info threads" -ex "thread apply all bt 25" --args)

@@ -1,7 +1,8 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The test drivers import the shared helpers (mpi_launch, simhosts, ...) from tests/support.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 
 import shm_leftovers  # noqa: E402  (found through the path above)
 

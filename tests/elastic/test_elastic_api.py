@@ -1,4 +1,4 @@
-"""hvd.elastic on real ranks under the real mpirun (tests/workers/elastic_api_worker.py).
+"""hvd.elastic on real ranks under the real mpirun (tests/elastic/workers/elastic_api_worker.py).
 
 * Under plain mpirun, Horovod-style elastic scripts run as fixed-size jobs (torch and Keras),
   against one-process references; State/ObjectState/TorchState/KerasState commit, restore, sync

@@ -15,11 +15,11 @@ that the test rewrites mid-run.
   restart without the failed host; the same checks.
 * (d) a failure beyond --reset-limit and one leaving fewer than --min-np slots end the driver
   non-zero with one clear line; every rank failing by itself is not retried; the driver killed
-  with SIGKILL leaves no process behind (tests/workers/elastic_driver_contract.py: the contract
+  with SIGKILL leaves no process behind (tests/elastic/workers/elastic_driver_contract.py: the contract
   done by hand with numpy, fast to start).
 * The pieces (discovery output, slot assignment, flags) without launching anything.
 
-After every run, no process carrying the test's marker may be left (tests/elastic_job.py).
+After every run, no process carrying the test's marker may be left (tests/support/elastic_job.py).
 """
 import os
 import re
@@ -34,12 +34,12 @@ from collectives.launcher import args as cli
 from collectives.launcher import elastic_driver, host_discovery
 from collectives.launcher.hosts import Host
 from elastic_job import ElasticJob, commit_dirs, discovery_script, leftovers, write_hosts
-from mpi_launch import WORKERS
+from mpi_launch import worker_path
 
 A, B, C = "localhost", "127.0.0.1", socket.gethostname()
-TORCH = os.path.join(WORKERS, "elastic_driver_torch.py")
-KERAS = os.path.join(WORKERS, "elastic_driver_keras.py")
-CONTRACT = os.path.join(WORKERS, "elastic_driver_contract.py")
+TORCH = worker_path("elastic_driver_torch.py")
+KERAS = worker_path("elastic_driver_keras.py")
+CONTRACT = worker_path("elastic_driver_contract.py")
 N_SAMPLES = 72  # both training workers
 
 needs_three_names = pytest.mark.skipif(C in (A, B), reason="the hostname must differ from localhost/127.0.0.1")
@@ -185,7 +185,7 @@ def test_no_slots_at_start_end_the_driver_after_the_elastic_timeout(tmp_path):
 def test_a_program_failing_on_every_rank_is_not_restarted(tmp_path):
     script, _ = discovery_script(str(tmp_path), [f"{A}:1", f"{B}:1"])
     # No such file: python exits 2 on every rank, before any collective.
-    job = ElasticJob(elastic(script, os.path.join(WORKERS, "elastic_driver_no_such_file.py")), timeout=60)
+    job = ElasticJob(elastic(script, os.path.join(os.path.dirname(CONTRACT), "elastic_driver_no_such_file.py")), timeout=60)
     assert job.finish() == 2, job.describe()
     last = job.driver_lines()[-1]
     assert "exited with code 2" in last and "not restarting: every rank failed by itself" in last, job.describe()

@@ -9,7 +9,7 @@ import pytest
 
 from elastic_job import ElasticJob
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples", "elastic")
 
 CASES = {

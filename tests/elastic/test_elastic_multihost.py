@@ -1,8 +1,8 @@
-"""The elastic driver across simulated hosts (tests/simhosts.py: network namespaces with their own
+"""The elastic driver across simulated hosts (tests/support/simhosts.py: network namespaces with their own
 addresses, hostnames and sshd, real TCP between them), issue 16 item 5.
 
 The driver runs on hosta (``collectivesrun --min-np 2 --max-np 4 --host-discovery-script ...``)
-with the contract worker (tests/workers/elastic_driver_contract.py: numpy, exact result whatever
+with the contract worker (tests/elastic/workers/elastic_driver_contract.py: numpy, exact result whatever
 the restarts), one rank per host:
 
   * hostc crashes mid-run (every process on it killed): its wrapper's connection closes, MPICH
@@ -28,14 +28,14 @@ import pytest
 
 import simhosts
 from elastic_job import discovery_script, write_hosts
-from mpi_launch import WORKERS
+from mpi_launch import worker_path
 
 REASON = simhosts.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"multi-host tests need simulated hosts: {REASON}")
 
 PY = sys.executable
 HOSTS = ["hosta", "hostb", "hostc", "hostd"]
-CONTRACT = os.path.join(WORKERS, "elastic_driver_contract.py")
+CONTRACT = worker_path("elastic_driver_contract.py")
 SAMPLES = 480  # elastic_driver_contract.py's data set: sample i = [i % 7 + 1, 3i % 11, i]
 
 

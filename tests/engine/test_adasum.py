@@ -1,7 +1,7 @@
 """op=Adasum (Horovod's adaptive summation) on real ranks under mpirun.
 
 Each test is one launch; the workers compare every result with the numpy reference of
-tests/workers/adasum_reference.py computed from each rank's inputs:
+tests/engine/workers/adasum_reference.py computed from each rank's inputs:
 
 - ``adasum_worker.py numpy torch optim`` at 4 ranks: the allreduce verbs for float16,
   float32 and float64 (single tensors, a fused group whose tensors must each be combined on

@@ -1,12 +1,12 @@
 """Autotuning (COLLECTIVES_AUTOTUNE, Horovod's HOROVOD_AUTOTUNE; csrc/autotune.h).
 
-Under mpirun -np 2, tests/workers/autotune_worker.py runs a loop of mixed allreduces (several
+Under mpirun -np 2, tests/engine/workers/autotune_worker.py runs a loop of mixed allreduces (several
 dtypes and sizes, fused and not, a group) and allgathers, checking every result against numpy
 on every step while the engine tries parameters, until tuning is over: every rank ends with the
 same parameters, the parameters did change during the loop, and rank 0 alone wrote the CSV log
 (Horovod's columns, one row per scored sample, then the best). A knob given explicitly (here
 Horovod's HOROVOD_CYCLE_TIME) stays as given while the others are tuned. On two simulated hosts
-(tests/simhosts.py, root only) the hierarchical allreduce and allgather are part of the search.
+(tests/support/simhosts.py, root only) the hierarchical allreduce and allgather are part of the search.
 The knobs' parsing and collectivesrun's flags are checked without MPI.
 """
 import csv
@@ -21,7 +21,7 @@ import simhosts
 from collectives import InvalidArgumentError, config
 from collectives.launcher import args as launcher_args
 from collectives.launcher import environment
-from mpi_launch import WORKERS, assert_all_ranks_passed, run_workers
+from mpi_launch import assert_all_ranks_passed, run_workers, worker_path
 
 COLUMNS = ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce", "cache_enabled", "cycle_time_ms",
            "tensor_fusion_threshold", "score"]
@@ -139,7 +139,7 @@ def test_two_hosts_tune_the_hierarchical_choice(tmp_path):
     flags = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "2", "--log-level", "info"]
     with simhosts.SimHosts(["hosta", "hostb"]) as sim:
         run = sim.run("hosta", [py, "-m", "collectives.run", "-np", 4, "-H", "hosta:2,hostb:2", *flags, py,
-                                f"{WORKERS}/autotune_worker.py", base, 400], timeout=240)
+                                worker_path("autotune_worker.py"), base, 400], timeout=240)
         left = {h: p for h, p in sim.processes().items() if p}
         sim.kill_everything()
     assert run.returncode == 0, run.describe()

@@ -1,6 +1,6 @@
 """Callers that run the engine's cycles themselves (csrc/engine_inline.cc, COLLECTIVES_CALLER_CYCLES).
 
-tests/workers/caller_cycles_worker.py runs three threads of synchronous verbs and asynchronous
+tests/engine/workers/caller_cycles_worker.py runs three threads of synchronous verbs and asynchronous
 allreduces synchronized out of order on every rank, with ranks arriving in changing order, and
 checks every result against numpy, then repeats two cached allreduces on one thread (cycles
 that its calls run). It runs on 2 ranks (a core each: waits may spin) and on 3

@@ -2,7 +2,7 @@
 every rank runs on one host, host allreduces above 512 KiB are computed in chunks that any rank
 takes, reading its peers' inputs and writing into their outputs with process_vm_readv/writev.
 
-tests/workers/cma_worker.py runs on 2 ranks (a chunk's peer is read into the output, or into a
+tests/engine/workers/cma_worker.py runs on 2 ranks (a chunk's peer is read into the output, or into a
 scratch buffer in place) and on 3 (inputs folded in rank order), with the path on (the default)
 and off: every dtype in and out of place, every op, partial last chunks, random floats, a fused
 group, 40 allreduces back to back and a joined rank, each against a numpy reference on every rank.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mpi_launch import HERE, WORKERS, run_workers
+from mpi_launch import SUPPORT, run_workers, worker_path
 
 
 
@@ -54,8 +54,8 @@ def test_local_errors_duplicate_dtype_root():
 def preinit():
     """All entry points called before init(), in a fresh plain process (no mpirun)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.join(WORKERS, "preinit_worker.py")], capture_output=True,
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SUPPORT, env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, worker_path("preinit_worker.py")], capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -3,7 +3,7 @@ negotiation (csrc/fused_negotiation.h), whose message travels through shared mem
 (csrc/shared_exchange.h) or as an MPI allreduce whose payload capacity follows the sizes in use
 (COLLECTIVES_SHM_NEGOTIATION=0, as between hosts), and the Python shortcuts for the common call
 (engine.allreduce_now for the synchronous verbs, collectives/allreduce_fast.py for the others).
-One mpirun launch of tests/workers/fast_path_worker.py per size and transport:
+One mpirun launch of tests/engine/workers/fast_path_worker.py per size and transport:
 results against numpy references for every eligible dtype and op below, at and above the
 payload limit, with scale factors, in place, async and non-contiguous; a rank that is late
 (the carried data is discarded and the allreduce completes in a later cycle); ranks carrying
@@ -48,7 +48,7 @@ def test_fast_path(np_, shared):
 def test_allreduce_now():
     """The synchronous verbs' one engine call (csrc/allreduce_now.cc): what it declines and leaves
     to the general path (nothing submitted, the name then works there), results against numpy,
-    an engine-pool output, errors on every rank (tests/workers/allreduce_now_worker.py)."""
+    an engine-pool output, errors on every rank (tests/engine/workers/allreduce_now_worker.py)."""
     for np_ in (2, 3):
         run = run_workers(np_, "allreduce_now_worker.py", timeout=120)
         assert_all_ranks_passed(run, np_, min_cases=7)

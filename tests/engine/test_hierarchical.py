@@ -1,8 +1,8 @@
 """Hierarchical allreduce and allgather (COLLECTIVES_HIERARCHICAL_ALLREDUCE / _ALLGATHER, their
 HOROVOD_* twins, collectivesrun's --hierarchical-allreduce / --hierarchical-allgather).
 
-On two simulated hosts x two ranks (tests/simhosts.py; root only, skipped elsewhere with the
-reason), tests/workers/hierarchical_worker.py runs every dtype x op with prescale/postscale,
+On two simulated hosts x two ranks (tests/support/simhosts.py; root only, skipped elsewhere with the
+reason), tests/engine/workers/hierarchical_worker.py runs every dtype x op with prescale/postscale,
 unfused and fused, single- and multi-piece, random floats, a joined rank, a process set and
 allgathers with uneven first dimensions, against numpy references; the same worker with the
 knobs off gives bit-identical results (digests of every integer-valued case); and each
@@ -26,13 +26,13 @@ import simhosts
 from collectives import InvalidArgumentError, config
 from collectives.launcher import args as launcher_args
 from collectives.launcher import environment
-from mpi_launch import WORKERS, assert_all_ranks_passed, assert_same_digests, run_workers
+from mpi_launch import assert_all_ranks_passed, assert_same_digests, run_workers, worker_path
 
 REASON = simhosts.unavailable_reason()
 multihost = pytest.mark.skipif(REASON is not None, reason=f"needs simulated hosts: {REASON}")
 PY = sys.executable
 EVERYTHING = ["allreduce", "fused", "float", "join", "process_set", "allgather", "traffic"]
-WORKER = f"{WORKERS}/hierarchical_worker.py"
+WORKER = worker_path("hierarchical_worker.py")
 ON = ["--hierarchical-allreduce", "--hierarchical-allgather", "--log-level", "info"]
 MIB = 1 << 20
 

@@ -3,7 +3,7 @@ dozen times a second, not thousands (csrc/doorbell.h, the quiet-cycle backoff of
 
 Why it matters: on a machine whose cores the ranks' compute threads fill, every wake-up of an
 engine thread takes a core from them. Before the doorbell, the engine thread polled for its peers'
-wake messages every 100 us while any rank had work in flight: tests/workers/idle_wakeups_worker.py
+wake messages every 100 us while any rank had work in flight: tests/engine/workers/idle_wakeups_worker.py
 counted 6,300-7,100 voluntary context switches per rank in the 1 s a peer was late, and ~440 in an
 idle second; the peer kit's CNN step overhead was 6.2 ms against 1.9 ms for Horovod. With it: 39-190
 and 11-18 (2 and 3 ranks, the machine busy with the test suite). The bounds below sit between.

@@ -1,4 +1,4 @@
-"""join() and process sets on real ranks (tests/workers/join_worker.py and
+"""join() and process sets on real ranks (tests/engine/workers/join_worker.py and
 process_set_worker.py; see their docstrings). A stall shutdown time makes a protocol bug
 fail fast with the stalled tensor's name instead of waiting for the launch timeout."""
 import pytest

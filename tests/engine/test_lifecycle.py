@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mpi_launch import WORKERS, assert_all_ranks_passed, mpirun_path, run_workers, worker_env
+from mpi_launch import assert_all_ranks_passed, mpirun_path, run_workers, worker_env, worker_path
 
 # Item 1: as many runs as fit (at least EXIT_MIN_RUNS). Before the fix nearly every run aborted,
 # so ten runs would all but surely show it; the budget keeps CI inside its 25 minutes.
@@ -55,7 +55,7 @@ def test_ctrl_c_at_the_launcher_ends_a_blocked_job(tmp_path):
     (Started here rather than by run_workers: the test must signal the job while it runs; the
     same command, environment and hard timeout.)"""
     env = worker_env()
-    cmd = [mpirun_path(), "-np", "2", sys.executable, os.path.join(WORKERS, "lifecycle_worker.py"), "ctrl_c",
+    cmd = [mpirun_path(), "-np", "2", sys.executable, worker_path("lifecycle_worker.py"), "ctrl_c",
            str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
@@ -152,7 +152,7 @@ def test_mpi_finalize_at_exit_is_bounded(tmp_path):
                'mv "$STATUS_DIR/status.tmp.$PMI_RANK" "$STATUS_DIR/status.$PMI_RANK"')
     env["STATUS_DIR"] = status_dir
     cmd = [mpirun_path(), "-np", "2", "sh", "-c", wrapper, "wrapper", sys.executable,
-           os.path.join(WORKERS, "restart_worker.py"), "finalize_bound", status_dir]
+           worker_path("restart_worker.py"), "finalize_bound", status_dir]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, start_new_session=True)
     elapsed = time.monotonic() - start

@@ -1,6 +1,6 @@
 """Correctness of the collective verbs against numpy references, on 2, 3 and 4 real MPI ranks.
 
-Each test is one mpirun launch of ``tests/workers/ops_worker.py`` running a list of case
+Each test is one mpirun launch of ``tests/engine/workers/ops_worker.py`` running a list of case
 families (see that file); every rank checks its own results and exits non-zero on any
 failure, which fails the test with the workers' full output.
 

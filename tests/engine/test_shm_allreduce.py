@@ -1,7 +1,7 @@
 """The shared-memory allreduce (csrc/shm_allreduce.h, COLLECTIVES_SHM_ALLREDUCE): when every
 rank runs on one host, host allreduces of 8 to 512 KiB go through a shared segment.
 
-tests/workers/hierarchical_worker.py runs on 3 ranks (shares that do not divide evenly) with the
+tests/engine/workers/hierarchical_worker.py runs on 3 ranks (shares that do not divide evenly) with the
 segment on (the default) and off: every dtype x op with prescale/postscale at odd sizes above
 8 KiB (the segment), below it and above 512 KiB (MPI in both runs), random floats against a
 float64 reference, a joined rank contributing zeros, against numpy references on every rank;

@@ -1,5 +1,5 @@
 """The framework-agnostic face: ``collectives.<verb>`` on numpy, torch and TensorFlow tensors
-(tests/workers/unified_worker.py, see its docstring), mixed frameworks in one collective, and
+(tests/engine/workers/unified_worker.py, see its docstring), mixed frameworks in one collective, and
 an import of ``collectives`` that loads no framework."""
 import subprocess
 import sys

@@ -16,7 +16,7 @@ shutdown time at 3 s:
   * 0 turns the watchdog off: the job is still stuck 8 s later (the limit's meaning).
 And what running the launcher as a child must keep: Ctrl-C at collectivesrun ends a blocked job,
 and a job's exit status is its own.
-(Multi-host failures: tests/test_multihost_failures.py.)
+(Multi-host failures: tests/multihost/test_multihost_failures.py.)
 """
 import os
 import re
@@ -29,12 +29,12 @@ import uuid
 
 import pytest
 
-from mpi_launch import HERE, WORKERS, Run, run_workers
+from mpi_launch import SUPPORT, Run, run_workers, worker_path
 
 LIMIT_S = 3
 WATCHDOG_EXIT = 75
 HOST = socket.gethostname()
-WORKER = os.path.join(WORKERS, "watchdog_worker.py")
+WORKER = worker_path("watchdog_worker.py")
 COLLECTIVESRUN = [sys.executable, "-m", "collectives.run"]
 
 
@@ -63,7 +63,7 @@ def launch(argv, token, timeout, env=None):
     """A command with a hard timeout (its whole session is killed past it); Run plus seconds."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLECTIVES_", "HOROVOD_"))}
     full_env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", WATCHDOG_TEST_TOKEN=token,
-                    PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+                    PYTHONPATH=os.pathsep.join(filter(None, [SUPPORT, os.environ.get("PYTHONPATH")])))
     full_env.update(env or {})
     start = time.monotonic()
     proc = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -181,8 +181,8 @@ def test_ctrl_c_at_collectivesrun_ends_a_blocked_job(tmp_path):
     token = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLECTIVES_", "HOROVOD_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", WATCHDOG_TEST_TOKEN=token,
-               PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen(COLLECTIVESRUN + ["-np", "2", sys.executable, os.path.join(WORKERS, "lifecycle_worker.py"),
+               PYTHONPATH=os.pathsep.join(filter(None, [SUPPORT, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen(COLLECTIVESRUN + ["-np", "2", sys.executable, worker_path("lifecycle_worker.py"),
                                               "ctrl_c", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)

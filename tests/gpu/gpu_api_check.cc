@@ -1,5 +1,5 @@
 // Compile-time check of csrc/gpu_api.h against the real cuda.h (CHECK_CUDA) and nccl.h
-// (CHECK_NCCL), built and run by tests/test_gpu_api_headers.py wherever the headers are
+// (CHECK_NCCL), built and run by tests/gpu/test_gpu_api_headers.py wherever the headers are
 // installed. The engine declares these itself so that it builds without CUDA; this file
 // proves, for every entry point it loads, that
 //   - the name it dlsym's is the one the header binds the API to (cuda.h maps some names to

@@ -1,7 +1,7 @@
 /* The batched copy kernel's per-thread work (csrc/gpu_copy_batch.h), run on the CPU for every
  * block and thread of a grid, against memcpy and plain scaling: lengths 0..600 bytes, every
  * alignment of source and destination, 1..5 blocks per copy, up to 64 copies in a batch.
- * tests/test_gpu_kernels.py compiles and runs it. Exit 0 when every byte is right. */
+ * tests/gpu/test_gpu_kernels.py compiles and runs it. Exit 0 when every byte is right. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-"""GPU tests: tests/workers/gpu_worker.py on real GPUs through NCCL (skipped cleanly without a
+"""GPU tests: tests/gpu/workers/gpu_worker.py on real GPUs through NCCL (skipped cleanly without a
 CUDA GPU), and the same checks on CPU tensors everywhere, so that they stay right on machines
 without one. scripts/gpu-check.sh runs these on a GPU machine.
 
@@ -62,7 +62,7 @@ def assert_family_counts(run, np, families, on_gpu):
         want = expected_cases(family, on_gpu, np)
         assert counts.get(family) == [want] * np, (
             f"family {family}: cases per rank {counts.get(family)}, expected {want} on each of {np} "
-            f"(tests/test_gpu.py FAMILIES)\n{run.describe()}")
+            f"(tests/gpu/test_gpu.py FAMILIES)\n{run.describe()}")
 
 
 @needs_gpu

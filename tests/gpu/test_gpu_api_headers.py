@@ -1,7 +1,7 @@
 """csrc/gpu_api.h against the real CUDA and NCCL headers and libraries.
 
 The engine declares the CUDA driver and NCCL entry points itself (so that it builds without
-CUDA). tests/gpu_api_check.cc static_asserts every one of them against cuda.h and nccl.h:
+CUDA). tests/gpu/gpu_api_check.cc static_asserts every one of them against cuda.h and nccl.h:
 the symbol each API name is bound to, each function type, each constant and struct size.
 These tests build and run it wherever the headers are found, and skip, saying which header
 is missing, where they are not: cuda.h comes with a CUDA toolkit ($CUDA_HOME, nvcc's, or
@@ -19,7 +19,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 CHECK = os.path.join(HERE, "gpu_api_check.cc")
 CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
@@ -68,7 +68,7 @@ needs_nccl_h = pytest.mark.skipif(CUDA_INCLUDE is None or NCCL_INCLUDE is None,
 
 
 def build_and_run(tmp_path, defines, api_dir=CSRC):
-    """(ok, output) of compiling tests/gpu_api_check.cc against the headers and running it."""
+    """(ok, output) of compiling tests/gpu/gpu_api_check.cc against the headers and running it."""
     includes = [f"-I{d}" for d in (CUDA_INCLUDE, NCCL_INCLUDE if "CHECK_NCCL" in defines else None) if d]
     exe = tmp_path / "gpu_api_check"
     proc = subprocess.run([CXX, "-std=c++17", "-Wall", *[f"-D{d}" for d in defines], *includes, f"-I{api_dir}",
@@ -145,7 +145,7 @@ except OSError:
 info = gpu_libs.find_nccl()
 nccl = ctypes.CDLL(info.path) if info else None
 for kind, lib in (("cuda", cuda), ("nccl", nccl)):
-    # The stand-ins of tests/fakes prove nothing about the real libraries.
+    # The stand-ins of tests/gpu/fakes prove nothing about the real libraries.
     if lib is not None and not hasattr(lib, "fake_cuda_count") and not hasattr(lib, "fake_nccl_count"):
         found[kind] = [s for s in names[kind] if not hasattr(lib, s)]
 print(json.dumps(found))

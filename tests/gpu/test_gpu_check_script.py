@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 FAKE_MPIRUN = """#!/bin/bash
 # mpirun -np N PYTHON scripts/gpu_bench.py ARGS: print them and the knobs; fail for one value

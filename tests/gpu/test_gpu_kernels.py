@@ -1,7 +1,7 @@
 """The batched copy kernel (csrc/gpu_kernels.cu) without a GPU: its per-thread work
 (csrc/gpu_copy_batch.h) run on the CPU over whole grids against memcpy; the kernel compiled
 to PTX and assembled for Hopper when a CUDA toolkit is here. Its use by the engine is tested
-through the stand-in driver (tests/test_gpu_loader.py) and on a GPU by tests/test_gpu.py."""
+through the stand-in driver (tests/gpu/test_gpu_loader.py) and on a GPU by tests/gpu/test_gpu.py."""
 import os
 import shutil
 import subprocess
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 CC = shutil.which("cc") or shutil.which("gcc")
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 

@@ -1,8 +1,8 @@
 """The GPU backend on machines without a GPU: the run-time loading of the CUDA driver and
 NCCL, the clear error for GPU arrays when either is missing, and the engine's whole NCCL path
-driven through stand-in libraries (tests/fakes: a CUDA driver whose "device memory" is host
-memory, NCCL of one rank), compiled here with the C compiler. tests/test_gpu.py runs the
-same code on a real GPU; tests/test_gpu_api_headers.py checks the declarations against the
+driven through stand-in libraries (tests/gpu/fakes: a CUDA driver whose "device memory" is host
+memory, NCCL of one rank), compiled here with the C compiler. tests/gpu/test_gpu.py runs the
+same code on a real GPU; tests/gpu/test_gpu_api_headers.py checks the declarations against the
 real headers.
 """
 import os
@@ -16,14 +16,14 @@ from mpi_launch import assert_all_ranks_passed, run_workers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKES = os.path.join(HERE, "fakes")
-CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
 CC = shutil.which("cc") or shutil.which("gcc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler for the stand-in libraries")
 
 
 @pytest.fixture(scope="module")
 def fake_libs(tmp_path_factory):
-    """Directory with libcuda.so.1 and libnccl.so.2 built from tests/fakes."""
+    """Directory with libcuda.so.1 and libnccl.so.2 built from tests/gpu/fakes."""
     out = tmp_path_factory.mktemp("fake_gpu")
     for source, name in (("fake_cuda.c", "libcuda.so.1"), ("fake_nccl.c", "libnccl.so.2")):
         subprocess.run([CC, "-shared", "-fPIC", "-O1", f"-I{CSRC}", "-o", str(out / name), os.path.join(FAKES, source),
@@ -70,7 +70,7 @@ def test_communicator_creation_failure_reaches_every_rank(fake_libs):
     assert_all_ranks_passed(run, 2, min_cases=3)
 
 
-# The engine's GPU runtime rules (tests/workers/gpu_fake_runtime_worker.py).
+# The engine's GPU runtime rules (tests/gpu/workers/gpu_fake_runtime_worker.py).
 
 @needs_cc
 def test_a_local_failure_fails_every_member_before_launch(fake_libs):

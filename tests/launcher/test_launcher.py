@@ -15,11 +15,11 @@ from collectives.launcher import cli as runmod
 from collectives.launcher import args as cli
 from collectives.launcher import command, environment, hosts, mpi_locator, reachability
 from collectives.launcher.elf_deps import read_dynamic
-from mpi_launch import WORKERS, Run, assert_all_ranks_passed
+from mpi_launch import assert_all_ranks_passed, Run, worker_path
 
 MIB = 1024 * 1024
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "collectivesrun")
-WORKER = os.path.join(WORKERS, "launcher_worker.py")
+WORKER = worker_path("launcher_worker.py")
 CORES = runmod.usable_cores()
 # Variables a developer's shell might carry that would change what the launcher decides.
 SCRUBBED = ("OMP_NUM_THREADS", "MPIR_CVAR_ENABLE_HEAVY_YIELD", "COLLECTIVES_MPIRUN", "COLLECTIVES_NCCL_LIBRARY")
@@ -175,10 +175,10 @@ def test_every_bad_host_is_named():
 
 def test_topology_on_one_machine():
     # local_size is every rank, one host, so cross_size 1 and is_homogeneous() True; the
-    # multi-host placements are in tests/test_multihost.py.
+    # multi-host placements are in tests/multihost/test_multihost.py.
     import socket
 
-    run = launch(["-np", 3, "python", os.path.join(WORKERS, "multihost_worker.py"), f"{socket.gethostname()}:3"])
+    run = launch(["-np", 3, "python", worker_path("multihost_worker.py"), f"{socket.gethostname()}:3"])
     assert run.returncode == 0, run.describe()
     assert_all_ranks_passed(run, 3, min_cases=4)
     assert run.stdout.count("is_homogeneous=True") == 3, run.describe()

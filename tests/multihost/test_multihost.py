@@ -1,4 +1,4 @@
-"""Every claim across machines, on simulated hosts (tests/simhosts.py): three network namespaces
+"""Every claim across machines, on simulated hosts (tests/support/simhosts.py): three network namespaces
 with their own addresses, hostnames and sshd, real TCP between them over links that can be cut,
 and UCX kept to TCP so that the ranks' traffic crosses those links.
 
@@ -7,8 +7,8 @@ Jobs start with ``collectivesrun`` on hosta, as a user logged in there would, wi
   * topology: host, local_rank/local_size/cross_rank/cross_size and is_homogeneous() as Horovod
     defines them, for three placements (one from --hostfile), and a process set with a member on
     every host;
-  * every op and dtype against numpy references (tests/workers/ops_worker.py's families);
-  * process sets whose members sit on different hosts (tests/workers/process_set_worker.py);
+  * every op and dtype against numpy references (tests/engine/workers/ops_worker.py's families);
+  * process sets whose members sit on different hosts (tests/engine/workers/process_set_worker.py);
   * torch and Keras DistributedOptimizer equal to single-process training
     (examples/mixed_torch_tf.py --check, 2+1 ranks on two hosts);
   * collectivesrun with an unknown host, an unreachable host (link cut) and a host refusing ssh:
@@ -30,12 +30,12 @@ import time
 import pytest
 
 import simhosts
-from mpi_launch import WORKERS, assert_all_ranks_passed
+from mpi_launch import SUPPORT, assert_all_ranks_passed, worker_path
 
 REASON = simhosts.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"multi-host tests need simulated hosts: {REASON}")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
 HOSTS = ["hosta", "hostb", "hostc"]
 UNEVEN = "hosta:2,hostb:1,hostc:1"
@@ -68,10 +68,6 @@ def collectivesrun(sim, *args, timeout, env=None):
     return sim.run("hosta", [PY, "-m", "collectives.run", *map(str, args)], timeout=timeout, env=env)
 
 
-def worker(name):
-    return os.path.join(WORKERS, name)
-
-
 # ----------------------------------------------------------------- topology and ops
 
 @pytest.mark.parametrize("placement", [UNEVEN, "hostb:1,hosta:2,hostc:1", "hostfile:hosta slots=2\nhostb slots=2"])
@@ -85,7 +81,7 @@ def test_topology_as_horovod_defines_it(sim, placement, tmp_path):
         where = ["-H", placement]
         expected = placement
     np_ = sum(int(entry.split(":")[1]) for entry in expected.split(","))
-    run = collectivesrun(sim, "-np", np_, *where, PY, worker("multihost_worker.py"), expected, timeout=90)
+    run = collectivesrun(sim, "-np", np_, *where, PY, worker_path("multihost_worker.py"), expected, timeout=90)
     assert run.returncode == 0, run.describe()
     assert_all_ranks_passed(run, np_, min_cases=4)
     hosts_seen = dict(re.findall(r"\[rank (\d+)\] host=(\S+)", run.stdout))
@@ -95,7 +91,7 @@ def test_topology_as_horovod_defines_it(sim, placement, tmp_path):
 def test_every_op_and_dtype_across_hosts(sim):
     families = ["allreduce", "shapes", "broadcast", "allgather", "alltoall", "reducescatter", "grouped", "objects"]
     before = {h: sim.link_bytes(h) for h in HOSTS}
-    run = collectivesrun(sim, "-np", 4, "-H", UNEVEN, PY, worker("ops_worker.py"), *families, timeout=240)
+    run = collectivesrun(sim, "-np", 4, "-H", UNEVEN, PY, worker_path("ops_worker.py"), *families, timeout=240)
     assert run.returncode == 0, run.describe()
     assert_all_ranks_passed(run, 4, min_cases=100)
     moved = {h: sim.link_bytes(h) - before[h] for h in HOSTS}
@@ -106,7 +102,7 @@ def test_every_op_and_dtype_across_hosts(sim):
 def test_process_sets_spanning_hosts(sim):
     # At 2+1+1 the worker's even ranks {0, 2} sit on hosta and hostb, its odd ranks {1, 3} on
     # hosta and hostc, and its static set {0, 1} on hosta alone.
-    run = collectivesrun(sim, "-np", 4, "-H", UNEVEN, PY, worker("process_set_worker.py"), timeout=120)
+    run = collectivesrun(sim, "-np", 4, "-H", UNEVEN, PY, worker_path("process_set_worker.py"), timeout=120)
     assert run.returncode == 0, run.describe()
     assert_all_ranks_passed(run, 4, min_cases=5)
 
@@ -272,7 +268,7 @@ def _names_with(prefix):
 
 OWNER = """
 import sys, time
-sys.path.insert(0, {tests!r})
+sys.path.insert(0, {support!r})
 import simhosts
 sim = simhosts.SimHosts(["x1", "x2"])
 sim.popen("x1", ["sleep", "300"])
@@ -283,7 +279,7 @@ time.sleep(300)
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_hosts_are_removed_when_their_owner_dies(how):
-    owner = subprocess.Popen([PY, "-c", OWNER.format(tests=os.path.dirname(os.path.abspath(__file__)))],
+    owner = subprocess.Popen([PY, "-c", OWNER.format(support=SUPPORT)],
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         prefix = owner.stdout.readline().strip()

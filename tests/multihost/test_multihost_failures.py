@@ -1,8 +1,8 @@
-"""No hang when the network fails, on simulated hosts (tests/simhosts.py): three network
+"""No hang when the network fails, on simulated hosts (tests/support/simhosts.py): three network
 namespaces with their own addresses, hostnames and sshd, real TCP between them, UCX kept to TCP.
 
 A job of 4 ranks on hosta:2, hostb:1, hostc:1 trains under ``collectivesrun
---stall-shutdown-time 10`` (tests/workers/watchdog_worker.py: numpy allreduces with every rank
+--stall-shutdown-time 10`` (tests/engine/workers/watchdog_worker.py: numpy allreduces with every rank
 blocked in synchronize(), or a torch DistributedOptimizer whose step() synchronizes), and a
 fault strikes once every rank has made progress:
 
@@ -28,7 +28,7 @@ import time
 import pytest
 
 import simhosts
-from mpi_launch import WORKERS
+from mpi_launch import worker_path
 
 REASON = simhosts.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"multi-host tests need simulated hosts: {REASON}")
@@ -62,7 +62,7 @@ class Job:
         self.sim = sim
         self.start = time.monotonic()
         self.proc = sim.popen("hosta", [PY, "-m", "collectives.run", "-np", 4, "-H", PLACEMENT,
-                                        "--stall-shutdown-time", LIMIT_S, PY, os.path.join(WORKERS, "watchdog_worker.py"),
+                                        "--stall-shutdown-time", LIMIT_S, PY, worker_path("watchdog_worker.py"),
                                         mode, 600])
         self.lines = {"out": [], "err": []}
         self.readers = [threading.Thread(target=self._read, args=(stream, name), daemon=True)

@@ -12,7 +12,7 @@ import pytest
 
 from mpi_launch import run_workers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,

@@ -1,5 +1,5 @@
 """The README's Horovod 0.28.1 compatibility table (issue 11 item 14): every name the data file
-(tests/data/horovod_0_28_1_api.json) lists as API is on our face, and the README section is
+(tests/project/data/horovod_0_28_1_api.json) lists as API is on our face, and the README section is
 what scripts/compat_table.py generates now. The last two tests prove the check can fail: a
 missing API name and a stale README are reported (on a small data file and a copy of a README)."""
 import importlib.util
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "compat_table.py")
 
 

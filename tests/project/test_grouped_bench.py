@@ -5,7 +5,8 @@ import os
 
 from mpi_launch import run_workers
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "grouped_bench.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "benchmarks", "grouped_bench.py")
 
 
 def test_grouped_bench_checks_its_results_and_reports_every_variant():

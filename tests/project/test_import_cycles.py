@@ -7,7 +7,7 @@ The check reads the sources with ``ast``; it imports nothing.
 import ast
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("collectives", "adapters")
 
 

@@ -10,7 +10,7 @@ from mpi_launch import run_workers
 
 pytest.importorskip("torch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "pytorch_synthetic_benchmark.py")
 BENCH = os.path.join(ROOT, "benchmarks", "torch_training_bench.py")
 TINY = ["--model", "resnet10", "--batch-size", "2", "--image-size", "32", "--num-warmup-batches", "1",

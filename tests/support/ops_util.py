@@ -1,4 +1,4 @@
-"""Shared helpers of the ops_worker.py families (tests/workers/ops_*_checks.py): the rank
+"""Shared helpers of the ops_worker.py families (tests/engine/workers/ops_*_checks.py): the rank
 state, per-rank inputs, numpy references, assertions and the ``case`` decorator.
 
 ``ctx.R``, ``ctx.S`` (this rank and the number of ranks) and ``ctx.chk`` (the Checker) are set by

@@ -8,8 +8,8 @@ traffic between hosts is real TCP over a link that can be cut, shaped or lost wi
         sim.cut("hostb"); sim.heal("hostb"); sim.shape("hostb", "1gbit"); sim.crash("hostc"); sim.boot("hostc")
 
 ``sim.run(host, argv)`` runs a command on a host as at its console (``ip netns exec NS
-unshare --uts`` under the host's name). Every host runs a small sshd (tests/simhosts_sshd.py) and
-``sim.env()`` puts an ``ssh`` client stand-in first on PATH (tests/simhosts_ssh.py), which MPICH's
+unshare --uts`` under the host's name). Every host runs a small sshd (tests/support/simhosts_sshd.py) and
+``sim.env()`` puts an ``ssh`` client stand-in first on PATH (tests/support/simhosts_ssh.py), which MPICH's
 ssh launcher and collectivesrun's reachability check use unchanged: a session's command, output
 and exit status travel over the links, so a cut link stalls it as it would stall ssh.
 ``sim.refuse(host)`` makes a host's sshd refuse logins (a missing key).

@@ -1,4 +1,4 @@
-"""The ``ssh`` of simulated hosts (tests/simhosts.py puts a wrapper named ``ssh`` first on PATH):
+"""The ``ssh`` of simulated hosts (tests/support/simhosts.py puts a wrapper named ``ssh`` first on PATH):
 ``ssh [options] [user@]host command...`` as MPICH's ssh launcher and collectivesrun's
 reachability check call it.
 

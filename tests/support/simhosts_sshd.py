@@ -1,4 +1,4 @@
-"""The sshd of a simulated host (tests/simhosts.py starts one inside each host's namespace):
+"""The sshd of a simulated host (tests/support/simhosts.py starts one inside each host's namespace):
 serves the ssh stand-in (simhosts_ssh.py) on port 22 of the host's own address, so a session's
 command, its output and its exit status all travel over the host's link, as with ssh. A cut
 link therefore stalls the session; a crashed host (this server killed with everything else)

@@ -3,7 +3,7 @@ MPI ranks against numpy batch normalization over the concatenated batches of all
 outputs, moving statistics and input/gamma/beta gradients, eagerly and in tf.function, with
 equal, uneven and empty shares, 4-D and masked inputs; fused=True refused; config round trip;
 at 2 ranks also model.fit with DistributedOptimizer against one process on the whole batch.
-See tests/workers/keras_sync_bn_worker.py."""
+See tests/tensorflow/workers/keras_sync_bn_worker.py."""
 import importlib.util
 
 import pytest

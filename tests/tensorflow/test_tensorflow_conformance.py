@@ -1,7 +1,7 @@
 """Horovod behaviours of collectives.tensorflow and collectives.keras (issue 11) on 3 real MPI
 ranks.
 
-One launch per rank count runs ``tests/workers/tf_conformance_worker.py`` with every family
+One launch per rank count runs ``tests/tensorflow/workers/tf_conformance_worker.py`` with every family
 (see its docstring): ccl_built/ddl_built and the other Horovod names, Horovod's reducescatter
 gradient, uint16 in the byte-moving collectives, tf.IndexedSlices averages and scale factors,
 the TensorFlow exception types of Horovod's ops, ``optimizer.iterations`` under

@@ -2,7 +2,7 @@
 TensorFlow's C API: DistributedGradientTape and Keras DistributedOptimizer inside a tf.function
 use it (and with COLLECTIVES_TENSORFLOW_KERNELS=0 a tf.py_function instead), with results equal
 to numpy references and to single-process Keras training, a process set, an error on every rank
-when the ranks disagree, shutdown/init around a traced step, and shutdown while a step waits (tests/workers/tf_engine_ops_worker.py).
+when the ranks disagree, shutdown/init around a traced step, and shutdown while a step waits (tests/tensorflow/workers/tf_engine_ops_worker.py).
 Mixed dtypes, 0-d and empty gradients and groupings through the op: test_tf_gradient_buckets.py."""
 import pytest
 

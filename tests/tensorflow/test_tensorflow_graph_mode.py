@@ -2,7 +2,7 @@
 deadlock. collectives refuses them when the graph is built (GraphModeNotSupportedError on
 every rank, no op left in the graph) -- the unnamed allreduces of a tf.compat.v1 session that
 gave wrong values and hung before included -- and eager execution and tf.function keep
-working, checked against numpy right after the refusals. See tests/workers/tf_graph_mode_worker.py.
+working, checked against numpy right after the refusals. See tests/tensorflow/workers/tf_graph_mode_worker.py.
 """
 import importlib.util
 

@@ -4,7 +4,7 @@ reducers' one-time layout check (csrc/layout_check.h), through the engine's Tens
 py_function hop (COLLECTIVES_TENSORFLOW_KERNELS=0) and eagerly; DistributedGradientTape and Keras
 model.fit with DistributedOptimizer. With equal shapes the same code works, the check runs once in
 several steps, and a new trace of an agreed layout on one rank alone runs none (it would wait for
-ranks that do not check) (tests/workers/tf_layout_mismatch_worker.py)."""
+ranks that do not check) (tests/tensorflow/workers/tf_layout_mismatch_worker.py)."""
 import os
 import re
 
@@ -16,12 +16,12 @@ pytest.importorskip("tensorflow")
 
 # A request left pending by a failed case is reported after the stall check time (3 s). After the
 # mismatch cases every rank waits idle for longer than two check periods, so that a check falls
-# more than one period after the last case (tests/workers/tf_layout_mismatch_worker.py).
+# more than one period after the last case (tests/tensorflow/workers/tf_layout_mismatch_worker.py).
 ENV = {"COLLECTIVES_STALL_CHECK_TIME_SECONDS": "3", "LAYOUT_TEST_QUIET_S": "7"}
 
 
 def worker_lines(out_dir, np):
-    """What the ranks wrote to their files, one text (tests/workers/tf_layout_mismatch_worker.py)."""
+    """What the ranks wrote to their files, one text (tests/tensorflow/workers/tf_layout_mismatch_worker.py)."""
     texts = []
     for r in range(np):
         path = os.path.join(out_dir, f"rank{r}.txt")

@@ -1,6 +1,6 @@
 """collectives.tensorflow (the horovod.tensorflow face) against numpy references on 3 real MPI ranks.
 
-Each launch runs ``tests/workers/tf_ops_worker.py`` with every family: allreduce (every TF
+Each launch runs ``tests/tensorflow/workers/tf_ops_worker.py`` with every family: allreduce (every TF
 dtype x Sum/Average/Min/Max/Product, scaled, deprecated ``average``, compression,
 tf.IndexedSlices), grouped allreduce, broadcast and broadcast_variables, allgather (uneven
 first dimensions, 0-d), alltoall (random splits, equal parts), reducescatter (uneven),
@@ -20,7 +20,7 @@ FAMILIES = ["allreduce", "grouped", "broadcast", "allgather", "alltoall", "reduc
 
 
 # Three ranks only: an odd count exercises uneven splits and reductions that two would not, the
-# engine's algorithms are covered at 2, 3 and 4 ranks by tests/test_ops.py, and a second launch
+# engine's algorithms are covered at 2, 3 and 4 ranks by tests/engine/test_ops.py, and a second launch
 # of this worker cost 19 s of CI's 25 minutes.
 def test_tensorflow_ops():
     run = run_workers(3, "tf_ops_worker.py", *FAMILIES, timeout=240, env=TF_ENV)

@@ -1,6 +1,6 @@
 """Training with collectives.tensorflow and collectives.keras on real ranks.
 
-One mpirun launch of ``tests/workers/tf_train_worker.py`` (see its docstring): training
+One mpirun launch of ``tests/tensorflow/workers/tf_train_worker.py`` (see its docstring): training
 equivalence with one process on the whole batch for DistributedGradientTape (eager and
 tf.function; groups, predivide, Sum, fp16, IndexedSlices) and for model.fit with
 DistributedOptimizer (SGD, Adam, backward_passes_per_step=2, fp16) and a custom loop;
@@ -19,7 +19,7 @@ pytest.importorskip("tensorflow")
 
 from mpi_launch import assert_all_ranks_passed, mpirun_path, run_workers  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 TIMEOUT = 240
 

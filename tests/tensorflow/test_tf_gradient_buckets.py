@@ -1,5 +1,5 @@
 """TensorFlow's DistributedOptimizer / DistributedGradientTape reduce each group of dense
-gradients as flat buffers (one per dtype); tests/workers/tf_gradient_buckets_worker.py checks
+gradients as flat buffers (one per dtype); tests/tensorflow/workers/tf_gradient_buckets_worker.py checks
 mixed dtypes, 0-d and empty gradients, every grouping and op, eager and traced, against numpy."""
 import pytest
 

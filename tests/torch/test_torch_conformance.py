@@ -1,6 +1,6 @@
 """Horovod behaviours of collectives.torch (issue 11) on 2 and 3 real MPI ranks.
 
-One launch per rank count runs ``tests/workers/torch_conformance_worker.py`` with every
+One launch per rank count runs ``tests/torch/workers/torch_conformance_worker.py`` with every
 family (see its docstring): ccl_built/ddl_built, Horovod's reducescatter gradient,
 broadcast_optimizer_state on fresh optimizers and with ``model=``, DistributedOptimizer
 ``num_groups``, sparse_allreduce_async and sparse gradients in DistributedOptimizer, and

@@ -1,5 +1,5 @@
 """Differences from Horovod 0.28.1's ``horovod.torch`` found by the differential test, now
-matched (see tests/workers/torch_horovod_parity_worker.py for each case): stateless
+matched (see tests/torch/workers/torch_horovod_parity_worker.py for each case): stateless
 broadcast_optimizer_state, handles released by synchronize, ProcessSet.rank() outside the set,
 exception types, Horovod's submodules, grouped result types, Compression.fp16's ctx and
 mpi_enabled() before init. One launch of 2 real MPI ranks."""

@@ -1,6 +1,6 @@
 """collectives.torch (the horovod.torch face) against numpy references on 2 and 3 real MPI ranks.
 
-Each launch runs ``tests/workers/torch_ops_worker.py`` with every family: allreduce (every
+Each launch runs ``tests/torch/workers/torch_ops_worker.py`` with every family: allreduce (every
 torch dtype x Sum/Average/Min/Max/Product, in place contiguous and not, async), scaled and
 deprecated-``average`` allreduces, grouped allreduce (all four variants), broadcast,
 allgather (uneven first dimensions), alltoall (random splits, received splits as int32,

@@ -1,6 +1,6 @@
 """PyTorch DistributedOptimizer, broadcast_parameters and broadcast_optimizer_state on real ranks.
 
-Each test is one mpirun launch of ``tests/workers/torch_optim_worker.py`` (see its docstring
+Each test is one mpirun launch of ``tests/torch/workers/torch_optim_worker.py`` (see its docstring
 for the families): training equivalence with one process on the whole batch (SGD-momentum,
 Adam; backward_passes_per_step=2, groups, gradient_predivide_factor, fp16/bf16 compression),
 overlap of allreduces with the backward pass, unused parameters, skip_synchronize with
@@ -19,7 +19,7 @@ from mpi_launch import assert_all_ranks_passed, mpirun_path, run_workers
 
 pytest.importorskip("torch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 120  # seconds per launch; each takes ~3-6 s on an idle 2-core machine
 
 

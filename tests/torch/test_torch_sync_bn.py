@@ -1,5 +1,5 @@
 """collectives.torch.SyncBatchNorm on real ranks: one mpirun launch of
-``tests/workers/torch_sync_bn_worker.py`` at 3 ranks (see its docstring): outputs, running statistics
+``tests/torch/workers/torch_sync_bn_worker.py`` at 3 ranks (see its docstring): outputs, running statistics
 and gradients against torch.nn.BatchNorm{1,2,3}d on the whole batch, with uneven and empty
 shares, eval mode, momentum=None, affine=False, half precisions, DistributedOptimizer
 training equivalence, convert_sync_batchnorm, and errors raised alike on every rank."""

@@ -1,4 +1,4 @@
-"""Elastic API on real ranks (tests/test_elastic_api.py). Usage: elastic_api_worker.py MODE REPORT_DIR
+"""Elastic API on real ranks (tests/elastic/test_elastic_api.py). Usage: elastic_api_worker.py MODE REPORT_DIR
 
 Modes:
   torch_api   plain mpirun: State/ObjectState/TorchState commit, restore, sync, reset callbacks,

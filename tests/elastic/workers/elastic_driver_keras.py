@@ -1,4 +1,4 @@
-"""Horovod-style elastic Keras training under the elastic driver (tests/test_elastic_driver.py).
+"""Horovod-style elastic Keras training under the elastic driver (tests/elastic/test_elastic_driver.py).
 
 A one-layer model fitted with ``model.fit`` on synthetic data, ``hvd.elastic.KerasState`` and
 Horovod's callbacks (UpdateBatchStateCallback, UpdateEpochStateCallback, CommitStateCallback

@@ -1,4 +1,4 @@
-"""Horovod-style elastic torch training under the elastic driver (tests/test_elastic_driver.py).
+"""Horovod-style elastic torch training under the elastic driver (tests/elastic/test_elastic_driver.py).
 
 A tiny linear model on N synthetic samples, ``hvd.elastic.TorchState`` with an
 ``ElasticSampler``, a commit every COMMIT_EVERY batches. The state also carries, per sample, how

@@ -1,4 +1,4 @@
-"""A training-like loop under COLLECTIVES_AUTOTUNE, for tests/test_autotune.py.
+"""A training-like loop under COLLECTIVES_AUTOTUNE, for tests/engine/test_autotune.py.
 
 Every step submits the same names: allreduces of several tensors of different sizes and dtypes
 (small ones fused, one too large to fuse, a group), and an allgather whose first dimension

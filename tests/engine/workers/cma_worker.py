@@ -1,4 +1,4 @@
-"""Large host allreduces against numpy references, for tests/test_cross_memory_allreduce.py.
+"""Large host allreduces against numpy references, for tests/engine/test_cross_memory_allreduce.py.
 
 Above 512 KiB, a job on one host allreduces by cross-memory attach (csrc/cross_memory_allreduce.h)
 unless COLLECTIVES_CMA_ALLREDUCE=0; this worker runs the same cases either way. Each case prints

@@ -3,7 +3,7 @@ results against numpy references from every rank's inputs, on the carried path, 
 rank is ready, when ranks carry different entries, and next to the ordinary path.
 
 Run with COLLECTIVES_LATENCY_STAGES=1: the engine then reports at shutdown how many allreduces
-the negotiation carried and how many it discarded, which tests/test_fast_path.py checks.
+the negotiation carried and how many it discarded, which tests/engine/test_fast_path.py checks.
 """
 import os
 import time

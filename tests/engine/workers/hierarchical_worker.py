@@ -1,4 +1,4 @@
-"""Allreduce and allgather against numpy references, for tests/test_hierarchical.py.
+"""Allreduce and allgather against numpy references, for tests/engine/test_hierarchical.py.
 
 Run with or without COLLECTIVES_HIERARCHICAL_ALLREDUCE / _ALLGATHER, on one host or on
 simulated hosts: the results must be the same (exactly, for integer-valued inputs, whose sums

@@ -1,5 +1,5 @@
-"""Training that a rank can stall on purpose, for the watchdog's tests: tests/test_watchdog.py
-on this machine (one rank stops itself), tests/test_multihost_failures.py on simulated hosts
+"""Training that a rank can stall on purpose, for the watchdog's tests: tests/engine/test_watchdog.py
+on this machine (one rank stops itself), tests/multihost/test_multihost_failures.py on simulated hosts
 (a link is cut or a host crashes under it).
 
 Usage: watchdog_worker.py MODE SECONDS [--stop-rank R --stop-after N] [--linger] [--report-exit]

@@ -1,5 +1,5 @@
 """GPU work that arrives while the GPU is busy waits and fuses (run under mpirun, with the
-stand-in libraries of tests/fakes; tests/test_gpu_loader.py).
+stand-in libraries of tests/gpu/fakes; tests/gpu/test_gpu_loader.py).
 
 Usage: gpu_fake_fusion_worker.py busy              (np=1)
        gpu_fake_fusion_worker.py busy_two_ranks    (np=2, FAKE_NCCL_ANY_RANKS=1)

@@ -1,5 +1,5 @@
-"""The engine's GPU runtime rules, through the stand-in CUDA and NCCL libraries (tests/fakes)
-on machines without a GPU (run under mpirun; tests/test_gpu_loader.py launches it).
+"""The engine's GPU runtime rules, through the stand-in CUDA and NCCL libraries (tests/gpu/fakes)
+on machines without a GPU (run under mpirun; tests/gpu/test_gpu_loader.py launches it).
 
 Usage: gpu_fake_runtime_worker.py FAMILY
 

@@ -6,7 +6,7 @@ Families:
   nolibs        NCCL (and, where absent, the CUDA driver) not found: GPU arrays fail with a
                 clear UnsupportedTypeError naming what is missing; host collectives still work.
   cuinit        a driver whose cuInit fails: the error names CUDA_ERROR_NO_DEVICE.
-  fake          np=1 with tests/fakes (a CUDA driver whose device memory is host memory, NCCL
+  fake          np=1 with tests/gpu/fakes (a CUDA driver whose device memory is host memory, NCCL
                 of one rank): every verb through NCCL or staging, fusion, PreMulSum scaling,
                 engine-owned outputs (DLPack, __cuda_array_interface__), one GPU per process,
                 the DLPack capsule layout.

@@ -1,4 +1,4 @@
-"""Collectives on GPU tensors against host references (run under mpirun; tests/test_gpu.py
+"""Collectives on GPU tensors against host references (run under mpirun; tests/gpu/test_gpu.py
 launches it and skips without a GPU).
 
 Usage: gpu_worker.py FAMILY [FAMILY ...]
@@ -430,7 +430,7 @@ def main():
         before = chk.count
         globals()["family_" + family](chk)
         sys.stdout.write(f"[rank {R}] family {family}: {chk.count - before} cases\n")  # one write: ranks share stdout
-        sys.stdout.flush()  # (tests/test_gpu.py counts these lines)
+        sys.stdout.flush()  # (tests/gpu/test_gpu.py counts these lines)
     if ON_GPU:
         torch.cuda.synchronize(DEV)
     hvd.shutdown()

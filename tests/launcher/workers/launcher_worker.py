@@ -1,4 +1,4 @@
-"""Started by collectivesrun in tests/test_launcher.py: a real allreduce checked against a
+"""Started by collectivesrun in tests/launcher/test_launcher.py: a real allreduce checked against a
 numpy reference, a grouped allreduce (fused when fusion is on), and one line with what this
 rank sees of its configuration, for the test to compare with the flags it gave.
 

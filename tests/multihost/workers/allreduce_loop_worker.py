@@ -1,5 +1,5 @@
 """A training-like loop of allreduces that reports its progress, for runs on simulated hosts
-where a link is cut or a host crashes mid-job (tests/simhosts.py).
+where a link is cut or a host crashes mid-job (tests/support/simhosts.py).
 
 Usage: allreduce_loop_worker.py SECONDS [ELEMENTS]
 

@@ -1,4 +1,4 @@
-"""Run under collectivesrun by tests/test_multihost.py on simulated hosts (and by test_launcher.py
+"""Run under collectivesrun by tests/multihost/test_multihost.py on simulated hosts (and by test_launcher.py
 on this machine alone): where each rank landed and the topology as Horovod defines it, checked
 against the placement the test asked for, and collectives in a process set with a member on
 every host, against numpy references.

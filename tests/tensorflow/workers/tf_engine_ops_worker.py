@@ -1,5 +1,5 @@
 """The engine's TensorFlow op for gradients (csrc/tensorflow_kernels.cc, adapters/tensorflow/
-engine_ops.py), for tests/test_tensorflow_engine_ops.py. Argument: "op" (expect the op in the
+engine_ops.py), for tests/tensorflow/test_tensorflow_engine_ops.py. Argument: "op" (expect the op in the
 graph) or "fallback" (COLLECTIVES_TENSORFLOW_KERNELS=0: expect a tf.py_function instead).
 
 Checked on every rank, against numpy references from every rank's inputs:
@@ -139,7 +139,7 @@ def check_mismatch(rank, size):
     # Rank 0 sums, the others average: the same names (the digest covers dtypes and shapes only),
     # so the engine sees the disagreement and fails the request everywhere. (A shape that differs
     # between ranks gives different names instead; the layout check catches it first:
-    # tests/workers/tf_layout_mismatch_worker.py.)
+    # tests/tensorflow/workers/tf_layout_mismatch_worker.py.)
     step = tape_step(hvd.Sum if rank == 0 else hvd.Average)
     mine = [tf.constant(a) for a in inputs_of(rank)]
     check_path(step, mine)

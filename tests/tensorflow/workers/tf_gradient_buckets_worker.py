@@ -1,5 +1,5 @@
 """The TensorFlow gradient reducer's flat buckets (adapters/tensorflow/gradient_buckets.py), for
-tests/test_tf_gradient_buckets.py: one group holding several dtypes (one buffer each, a grouped
+tests/tensorflow/test_tf_gradient_buckets.py: one group holding several dtypes (one buffer each, a grouped
 request), 0-d and empty gradients, every grouping (None, 2, 3) and op, eagerly and inside
 tf.function (twice: the cached plan), against float64 numpy references from every rank's inputs.
 Traced, they run in the engine's TensorFlow op (csrc/tensorflow_kernels.cc); the graph is checked

@@ -1,5 +1,5 @@
 """A gradient whose shape differs between ranks (the model differs: a user bug), for
-tests/test_tensorflow_layout_mismatch.py. Argument: "op" (the engine's TensorFlow op inside a
+tests/tensorflow/test_tensorflow_layout_mismatch.py. Argument: "op" (the engine's TensorFlow op inside a
 tf.function) or "fallback" (COLLECTIVES_TENSORFLOW_KERNELS=0: the tf.py_function hop).
 
 Rank 1's model has one variable of another shape. The reducers' one-time layout check

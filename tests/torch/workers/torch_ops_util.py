@@ -1,4 +1,4 @@
-"""Helpers of tests/workers/torch_ops_worker.py that do not depend on the rank: dtypes, torch
+"""Helpers of tests/torch/workers/torch_ops_worker.py that do not depend on the rank: dtypes, torch
 tensors from numpy references, and the comparison of a result with its reference."""
 import zlib
 
