@@ -19,7 +19,7 @@ that the test rewrites mid-run.
   back; a failure beyond --reset-limit and one leaving fewer than --min-np slots end the driver
   non-zero with one clear line; every rank failing by itself is not retried; the driver killed
   with SIGKILL leaves no process behind (tests/workers/elastic_driver_contract.py: the contract
-  done by hand with numpy, fast to start).
+  done by hand with numpy, fast to start). The MPICH segments of killed ranks are gone after.
 * The pieces (discovery output, slot assignment, flags) without launching anything.
 
 After every run, no process carrying the test's marker may be left (tests/elastic_job.py).
@@ -180,6 +180,9 @@ def test_a_lone_host_failing_twice_in_a_row_ends_the_driver_at_once(tmp_path):
                          "failed 2 generations in a row; giving up: every host is blacklisted (localhost) "
                          "(exit status 137)"), job.describe()
     job.assert_nothing_left()
+    # Issue 35 item 9: the driver removed the MPICH segments of both killed generations.
+    left = [p for g in (0, 1) for p in segments_of(job, g) if os.path.exists(p)]
+    assert segments_of(job, 0) and not left, f"left in /dev/shm: {left}\n{job.describe()}"
 
 
 def test_a_blacklisted_host_returns_after_its_cooldown(tmp_path):

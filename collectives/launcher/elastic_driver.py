@@ -30,18 +30,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from typing import Optional
 
+from ..elastic.environment import commit_dir_for
 from . import command, environment, hosts as hostspec, mpi_locator, reachability
 from .host_health import HostHealth, check_cooldown_range
 from .elastic_generation import EXIT_HOSTS_UPDATED, Generation, Outcome
 from .host_discovery import HostSet, assign, describe, run_script, DiscoveryError
 from .notification_server import NotificationServer
-from . import supervise
+from . import shm_cleanup, supervise
 
 DISCOVERY_INTERVAL_S = 1.0  # as Horovod's driver
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # as horovodrun's --elastic-timeout
@@ -50,11 +50,6 @@ WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_rank
 
 def say(message):
     print(f"elastic: {message}", file=sys.stderr, flush=True)
-
-
-def commit_dir_for(job_id):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"collectives-elastic-{job_id}")
 
 
 def _rank_status(fate):
@@ -82,7 +77,7 @@ class Driver:
         self.hosts = HostSet(args.host_discovery_script, fixed, args.slots_per_host or 1)
         self.health = HostHealth(self.hosts, args.blacklist_cooldown_range)
         self.job_id = uuid.uuid4().hex
-        self.commit_dir = commit_dir_for(self.job_id)
+        self.commit_dir = commit_dir_for(self.job_id, environ)
         self.server = NotificationServer()
         self.lock = threading.Condition()
         self.version = 0
@@ -273,6 +268,7 @@ class Driver:
         while True:
             self.generation = self.launch(number, assignment)
             self.generation_placement = self.generation.placement
+            watch = shm_cleanup.SegmentWatch(f"{supervise.JOB_ID_VARIABLE}={self.job_id}")
             try:
                 outcome = self.generation.run()
             except OSError as e:
@@ -280,6 +276,7 @@ class Driver:
                 return 1
             finally:
                 self.generation = None
+                self._remove_segments(watch, number)
             if self.interrupted is not None or outcome.interrupted is not None:
                 sig = self.interrupted or outcome.interrupted
                 say(f"interrupted by signal {sig}; the job was stopped")
@@ -336,6 +333,12 @@ class Driver:
             commit = self.server.commit()
             say(f"{reason}; restarting {sum(n for _, n in assignment)} ranks on {describe(assignment)} "
                 f"from commit {'none' if commit is None else commit} (generation {number})")
+
+    def _remove_segments(self, watch, number):
+        """MPICH's segments of the generation's killed ranks (before the next generation makes its own)."""
+        count, size = watch.clean()
+        if count and self.args.verbose:
+            say(f"removed {shm_cleanup.describe(count, size)} that generation {number}'s ranks left in /dev/shm")
 
     def _remove_commit_dirs(self):
         """Best effort: the commit directory on every host the job used."""
