@@ -191,6 +191,11 @@ KNOBS = {
                               "instead of starting each one during backward (0: always start them during "
                               "backward, as Horovod does)."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
+    "elastic_commit_base_dir": Knob("ELASTIC_COMMIT_BASE_DIR", str, "",
+                                    "Directory in which elastic jobs keep their commit directories "
+                                    "(collectives-elastic-<job>, one file per rank) on every host; default /dev/shm "
+                                    "(memory), else the temporary directory. Point it at a local disk when the "
+                                    "commits do not fit /dev/shm (a container's is often 64 MB)."),
 }
 
 

@@ -13,13 +13,22 @@ waits for the disk. ``flush`` waits until the newest submitted commit is complet
 Files are not fsync'ed: they must outlive the process (the page cache does that), not the host,
 whose loss takes the directory with it anyway.
 """
+import errno
 import os
 import re
 import sys
 import threading
 from dataclasses import dataclass
 
+from .. import config
 from . import commit_codec
+
+BASE_DIR_VARIABLE = config.KNOBS["elastic_commit_base_dir"].env
+
+
+class CommitSpaceError(OSError):
+    """A commit does not fit its directory's filesystem; the message names the knob that moves it."""
+
 
 _NAME = re.compile(r"^commit-(\d+)-g(\d+)\.rank(\d+)\.ckpt$")
 
@@ -143,8 +152,26 @@ class CommitStore:
                 self._error = error
                 self._cond.notify_all()
 
+    def _check_room(self, size):
+        """CommitSpaceError before writing a commit that the directory's filesystem cannot hold
+        (the rank's previous file stays until the new one is in place, so the whole size must
+        be free): a full /dev/shm would also fail MPICH's next segment."""
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return  # nothing to compare with: the write itself will tell
+        free = st.f_bavail * st.f_frsize
+        if size > free:
+            raise CommitSpaceError(self._no_room(size, free))
+
+    def _no_room(self, size, free):
+        return (f"it needs {size / 1e6:.1f} MB and {self.directory} has {free / 1e6:.1f} MB free; set "
+                f"{BASE_DIR_VARIABLE} to a directory with room (each job's commits go to "
+                "<it>/collectives-elastic-<job>)")
+
     def _write(self, commit_id, obj):
         pieces = commit_codec.encode(commit_id, self.generation, obj)
+        self._check_room(sum(memoryview(p).nbytes for p in pieces))
         final = os.path.join(self.directory, file_name(commit_id, self.generation, self.rank))
         tmp = os.path.join(self.directory, f".tmp-{os.getpid()}.rank{self.rank:05d}")
         try:
@@ -152,11 +179,15 @@ class CommitStore:
                 for piece in pieces:
                     f.write(piece)
             os.replace(tmp, final)
-        except BaseException:
+        except BaseException as e:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:  # other ranks filled it meanwhile
+                size = sum(memoryview(p).nbytes for p in pieces)
+                st = os.statvfs(self.directory)
+                raise CommitSpaceError(self._no_room(size, st.f_bavail * st.f_frsize)) from None
             raise
         for old in list_complete(self.directory):
             if old.rank == self.rank and old.path != final:

@@ -7,6 +7,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from .. import config
+
 # Exit statuses a rank reports to the driver.
 EXIT_HOSTS_UPDATED = 77  # the host set changed: every rank stops at the same commit, which is durable
 EXIT_RESET = 78  # a collective failed because of someone else's failure: restart from the newest commit
@@ -42,6 +44,15 @@ def _int(environ, name, default):
         raise ValueError(f"{name}={value!r} is not an integer") from None
 
 
+def commit_dir_for(job_id, environ=None):
+    """The job's commit directory on every host: <COLLECTIVES_ELASTIC_COMMIT_BASE_DIR, else
+    /dev/shm, else the temporary directory>/collectives-elastic-<job>."""
+    base = config.read("elastic_commit_base_dir", environ)
+    if not base:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    return os.path.join(base, f"collectives-elastic-{job_id}")
+
+
 def read(environ=None):
     """The elastic settings of this process (read at each call: tests change the environment)."""
     environ = os.environ if environ is None else environ
@@ -49,8 +60,7 @@ def read(environ=None):
     job_id = environ.get("COLLECTIVES_ELASTIC_JOB_ID", "").strip() or "local"
     commit_dir = environ.get("COLLECTIVES_ELASTIC_COMMIT_DIR", "").strip()
     if enabled and not commit_dir:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        commit_dir = os.path.join(base, f"collectives-elastic-{job_id}")
+        commit_dir = commit_dir_for(job_id, environ)
     return ElasticEnvironment(
         enabled=enabled,
         driver=environ.get("COLLECTIVES_ELASTIC_DRIVER", "").strip(),

@@ -49,6 +49,10 @@ def parser():
     elastic.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, metavar="N",
                          help="slots of a host the discovery script lists without a count (default 1)")
     elastic.add_argument("--reset-limit", type=int, metavar="K", help="most restarts before giving up (default: none)")
+    elastic.add_argument("--blacklist-cooldown-range", dest="blacklist_cooldown_range", type=int, nargs=2,
+                         metavar=("MIN", "MAX"),
+                         help="seconds a failing host stays blacklisted: MIN the first time, doubling each time "
+                              "after, at most MAX (default: for the rest of the run)")
     elastic.add_argument("--elastic-timeout", type=float, metavar="S",
                          help="seconds to wait for enough slots (--min-np) before giving up (default 600)")
 

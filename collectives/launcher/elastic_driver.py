@@ -9,10 +9,13 @@ mpirun launch on the hosts usable at that moment (listed, not blacklisted), ever
 * All ranks exit 0: the job is done, the driver exits 0.
 * All ranks exit 77: the host set changed and the job stopped at a commit; the next generation
   starts on the new set (nothing is blamed).
-* A rank that exits with another code or by a signal, or whose wrapper vanishes, or a host that
-  stops answering ssh, is a failure of its host: the host is blacklisted (as Horovod does on a
-  failure), and the job restarts on the rest from the last commit, while at least --min-np
-  slots remain (waiting up to --elastic-timeout for them) and --reset-limit allows.
+* A rank that exits with another code or by a signal, or whose wrapper vanishes, while its host
+  still answers, is a worker failure: the job restarts on the same hosts from the last commit.
+  A host that stops answering ssh, or whose ranks failed in two generations in a row, is
+  blacklisted (host_health.py; for good, or for a cooldown with --blacklist-cooldown-range) and
+  the job restarts on the rest, while at least --min-np slots remain (waiting up to
+  --elastic-timeout for them) and --reset-limit allows. When every listed host is
+  blacklisted, the driver gives up at once (as Horovod's does).
 
 Every restart counts against --reset-limit, as Horovod counts resets. The driver prints one
 ``elastic: ...`` line per event on stderr; its exit status is the job's (0, or the failing
@@ -27,17 +30,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from typing import Optional
 
+from ..elastic.environment import commit_dir_for
 from . import command, environment, hosts as hostspec, mpi_locator, reachability
+from .host_health import HostHealth, check_cooldown_range
 from .elastic_generation import EXIT_HOSTS_UPDATED, Generation, Outcome
 from .host_discovery import HostSet, assign, describe, run_script, DiscoveryError
 from .notification_server import NotificationServer
-from . import supervise
+from . import shm_cleanup, supervise
 
 DISCOVERY_INTERVAL_S = 1.0  # as Horovod's driver
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # as horovodrun's --elastic-timeout
@@ -46,11 +50,6 @@ WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_rank
 
 def say(message):
     print(f"elastic: {message}", file=sys.stderr, flush=True)
-
-
-def commit_dir_for(job_id):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(base, f"collectives-elastic-{job_id}")
 
 
 def _rank_status(fate):
@@ -76,8 +75,9 @@ class Driver:
         elif not args.host_discovery_script:
             fixed = [hostspec.Host(socket.gethostname(), self.max_np or self.start_np)]
         self.hosts = HostSet(args.host_discovery_script, fixed, args.slots_per_host or 1)
+        self.health = HostHealth(self.hosts, args.blacklist_cooldown_range)
         self.job_id = uuid.uuid4().hex
-        self.commit_dir = commit_dir_for(self.job_id)
+        self.commit_dir = commit_dir_for(self.job_id, environ)
         self.server = NotificationServer()
         self.lock = threading.Condition()
         self.version = 0
@@ -85,6 +85,7 @@ class Driver:
         self.finished = threading.Event()
         self.interrupted: Optional[int] = None
         self.generation: Optional[Generation] = None
+        self.generation_placement = []  # (host, ranks, local) of the newest generation
         self.resets = 0
         self.used = {}  # host -> local?
         self.status = {}  # host -> reachability.HostStatus
@@ -98,7 +99,12 @@ class Driver:
             if problem and problem != warned:
                 say(f"warning: {problem}; keeping the last host list")
             warned = problem
+            self._release_cooled_down()
             self._compare()
+
+    def _release_cooled_down(self):
+        for host in self.hosts.release_expired():
+            say(f"host {host}: its blacklist cooldown is over; it is usable again")
 
     def _compare(self):
         now = assign(self.hosts.usable(), self.max_np)
@@ -127,6 +133,7 @@ class Driver:
         deadline = time.monotonic() + self.timeout
         announced = False
         while True:
+            self._release_cooled_down()
             usable = self.hosts.usable()
             self._check_new_hosts([h.name for h in usable])
             usable = self.hosts.usable()
@@ -212,7 +219,8 @@ class Driver:
             self.lock.notify_all()
 
     def _blame(self, outcome: Outcome):
-        """(the failed hosts, one text naming what failed, the exit status to give up with)."""
+        """(the hosts with a failed rank, the hosts lost, one text naming what failed, the exit
+        status to give up with)."""
         parts, hosts, status = [], [], None
         for r in outcome.culprits:
             fate = outcome.fates[r]
@@ -222,10 +230,9 @@ class Driver:
         for host, why in outcome.silent_hosts.items():
             if host not in hosts:
                 parts.append(f"host {host} does not answer ssh ({why})")
-                hosts.append(host)
         if len(parts) > 3:
             parts = parts[:3] + [f"and {len(parts) - 3} more"]
-        return list(dict.fromkeys(hosts)), "; ".join(parts), status
+        return list(dict.fromkeys(hosts)), list(outcome.silent_hosts), "; ".join(parts), status
 
     def run(self) -> int:
         if self.args.host_discovery_script:
@@ -260,6 +267,8 @@ class Driver:
         say(f"starting {sum(n for _, n in assignment)} ranks on {describe(assignment)} (generation 0)")
         while True:
             self.generation = self.launch(number, assignment)
+            self.generation_placement = self.generation.placement
+            watch = shm_cleanup.SegmentWatch(f"{supervise.JOB_ID_VARIABLE}={self.job_id}")
             try:
                 outcome = self.generation.run()
             except OSError as e:
@@ -267,6 +276,7 @@ class Driver:
                 return 1
             finally:
                 self.generation = None
+                self._remove_segments(watch, number)
             if self.interrupted is not None or outcome.interrupted is not None:
                 sig = self.interrupted or outcome.interrupted
                 say(f"interrupted by signal {sig}; the job was stopped")
@@ -279,17 +289,22 @@ class Driver:
                 return 0
             with self.lock:
                 self.announced = None  # nothing runs until the next launch: nothing to announce
-            failed_hosts, reason, status = self._blame(outcome)
+            failed_hosts, lost_hosts, reason, status = self._blame(outcome)
             if len(outcome.culprits) == len(outcome.fates) > 1 and \
                     all(f.kind == "exit" for f in outcome.fates.values()):
                 # Every rank failing by itself is the program's failure, not the hosts'.
                 say(f"{reason}; not restarting: every rank failed by itself, so the program fails wherever it "
                     f"runs (exit status {status})")
                 return status
-            if failed_hosts:
-                for host in failed_hosts:
-                    self.hosts.ban(host, reason)
-                reason += f"; host{'s' if len(failed_hosts) > 1 else ''} {', '.join(failed_hosts)} blacklisted"
+            if failed_hosts or lost_hosts:
+                ran_on = [host for host, _, _ in self.generation_placement]
+                verdicts = self.health.judge(ran_on, failed_hosts, lost_hosts, reason)
+                reason = "; ".join([reason] + [v.text for v in verdicts])
+                every, banned = self.health.every_host_blacklisted()
+                if every and any(v.blacklisted for v in verdicts):
+                    say(f"{reason}; giving up: every host is blacklisted ({', '.join(banned)}) "
+                        f"(exit status {status or 1})")
+                    return status or 1
             elif any(f.kind == "exit" and f.value == EXIT_HOSTS_UPDATED for f in fates) and \
                     all(f.kind == "exit" and f.value in (0, EXIT_HOSTS_UPDATED) for f in fates):
                 reason = f"the ranks stopped at commit {self.server.commit()} for the new host set"
@@ -318,6 +333,12 @@ class Driver:
             commit = self.server.commit()
             say(f"{reason}; restarting {sum(n for _, n in assignment)} ranks on {describe(assignment)} "
                 f"from commit {'none' if commit is None else commit} (generation {number})")
+
+    def _remove_segments(self, watch, number):
+        """MPICH's segments of the generation's killed ranks (before the next generation makes its own)."""
+        count, size = watch.clean()
+        if count and self.args.verbose:
+            say(f"removed {shm_cleanup.describe(count, size)} that generation {number}'s ranks left in /dev/shm")
 
     def _remove_commit_dirs(self):
         """Best effort: the commit directory on every host the job used."""
@@ -349,7 +370,7 @@ def check_arguments(args):
         return f"--elastic-timeout must not be negative, not {args.elastic_timeout:g}"
     if args.reset_limit is not None and args.reset_limit < 0:
         return f"--reset-limit must not be negative, not {args.reset_limit}"
-    return None
+    return check_cooldown_range(args.blacklist_cooldown_range)
 
 
 def main(args, environ, interpreter, cores) -> int:

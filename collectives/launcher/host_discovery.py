@@ -11,6 +11,7 @@ lowest ranks when others join (Horovod keeps a stable assignment order for the s
 """
 import subprocess
 import threading
+import time
 from typing import Dict, List, Optional, Tuple
 
 from . import hosts as hostspec
@@ -86,6 +87,7 @@ class HostSet:
         self.order: List[str] = []  # first-seen order of every host ever listed
         self.slots: Dict[str, int] = {}  # the hosts listed by the last good discovery
         self.blacklist: Dict[str, str] = {}  # host -> why
+        self.banned_until: Dict[str, float] = {}  # host -> end of its cooldown (time.monotonic); absent: for good
         if fixed is not None:
             self._take(fixed)
 
@@ -107,9 +109,29 @@ class HostSet:
         self._take(listed)
         return None
 
-    def ban(self, host, why):
+    def ban(self, host, why, until=None):
+        """Blacklist ``host``: for the rest of the run, or until ``until`` (time.monotonic())."""
         with self.lock:
-            self.blacklist.setdefault(host, why)
+            self.blacklist[host] = why
+            if until is None:
+                self.banned_until.pop(host, None)
+            else:
+                self.banned_until[host] = until
+
+    def release_expired(self, now=None) -> List[str]:
+        """Take the hosts whose cooldown is over off the blacklist; returns them."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            over = [h for h, until in self.banned_until.items() if until <= now]
+            for h in over:
+                del self.banned_until[h]
+                self.blacklist.pop(h, None)
+            return over
+
+    def listed(self) -> List[str]:
+        """The hosts the last good discovery listed (blacklisted or not), in first-seen order."""
+        with self.lock:
+            return [name for name in self.order if name in self.slots]
 
     def usable(self) -> List[hostspec.Host]:
         with self.lock:

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from . import shm_cleanup
+
 # In every rank's environment: what the sweep recognises the job's processes by.
 JOB_ID_VARIABLE = "COLLECTIVESRUN_JOB_ID"
 # A rank ended by its watchdog exits with this status (csrc/watchdog.h kWatchdogExitCode), and so
@@ -130,8 +132,15 @@ def run(path, argv, env, hosts: List[HostRanks]) -> int:
     """Run the launcher and watch it; returns collectivesrun's exit status. OSError when the
     launcher cannot be started."""
     findings = Findings()
-    child = subprocess.Popen(argv, executable=path, env=env, stderr=subprocess.PIPE, start_new_session=True,
-                             preexec_fn=_death_signal())
+    job_id = env.get(JOB_ID_VARIABLE, "")
+    watch = shm_cleanup.SegmentWatch(f"{JOB_ID_VARIABLE}={job_id}") if job_id else None
+    try:
+        child = subprocess.Popen(argv, executable=path, env=env, stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=_death_signal())
+    except OSError:
+        if watch:
+            watch.clean(0)
+        raise
     reader = threading.Thread(target=pump, args=(child.stderr.fileno(), findings), daemon=True)
     reader.start()
 
@@ -154,10 +163,12 @@ def run(path, argv, env, hosts: List[HostRanks]) -> int:
         if not findings.alarm.is_set():
             child.stderr.close()
             return _exit_status(code)
-        return end_job(child, reader, findings, hosts, env.get(JOB_ID_VARIABLE, ""))
+        return end_job(child, reader, findings, hosts, job_id)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watch:
+            watch.clean()  # the segments of ranks killed by a signal (MPICH removes them at a normal exit)
 
 
 # ----------------------------------------------------------------- ending a broken job

@@ -40,6 +40,7 @@ SAMPLES = {
     "autotune_steps_per_sample": ("AUTOTUNE_STEPS_PER_SAMPLE", "20", 20, "2", 2),
     "autotune_bayes_opt_max_samples": ("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "30", 30, "8", 8),
     "autotune_gaussian_process_noise": ("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.2", 0.2, "0.9", 0.9),
+    "elastic_commit_base_dir": ("ELASTIC_COMMIT_BASE_DIR", "/scratch/h", "/scratch/h", "/scratch/c", "/scratch/c"),
 }
 
 

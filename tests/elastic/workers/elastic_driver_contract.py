@@ -14,7 +14,9 @@ at start the newest commit any rank holds is agreed (allgather) and broadcast fr
 holder; a failed collective (a collectives error) exits 78. Output: one ``RESULT {json}`` line per rank at the end.
 
 Arguments: --die-rank R --die-step S (generation 0 only: rank R SIGKILLs itself at step S),
---die-always (every generation), --step-sleep SECONDS.
+--die-always (every generation), --die-until G (generations 0 to G), --step-sleep SECONDS.
+Each rank prints the MPICH shared-memory segments it maps (``[gen G rank R] segments: ...``),
+for the tests that check the driver removes those of killed ranks.
 """
 import argparse
 import json
@@ -73,6 +75,13 @@ def save(directory, rank, state):
     os.replace(tmp, path)
 
 
+def mpich_segments():
+    """The /dev/shm/mpich_* files this process maps (MPICH's intra-host segments)."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split(None, 5)[-1].strip() for line in f if "/dev/shm/mpich_" in line}
+    return sorted(p.removesuffix(" (deleted)") for p in paths)
+
+
 def ask_driver(commit):
     host, _, port = os.environ["COLLECTIVES_ELASTIC_DRIVER"].rpartition(":")
     try:
@@ -88,6 +97,7 @@ def main():
     p.add_argument("--die-rank", type=int, default=-1)
     p.add_argument("--die-step", type=int, default=-1)
     p.add_argument("--die-always", action="store_true")
+    p.add_argument("--die-until", type=int, default=0)
     p.add_argument("--step-sleep", type=float, default=0.05)
     a = p.parse_args()
     generation = int(os.environ["COLLECTIVES_ELASTIC_GENERATION"])
@@ -104,6 +114,7 @@ def main():
         state = hvd.broadcast_object(local if ids[rank] == newest else None, root_rank=ids.index(newest))
     print(f"[gen {generation} rank {rank}/{size}] restored commit {state['commit']} "
           f"(processed {state['processed']})", file=sys.stderr, flush=True)
+    print(f"[gen {generation} rank {rank}] segments: {' '.join(mpich_segments())}", file=sys.stderr, flush=True)
 
     try:
         train(a, state, directory, generation, my_version, rank, size)
@@ -118,7 +129,7 @@ def train(a, state, directory, generation, my_version, rank, size):
     w = state["w"].copy()
     processed, step, commit = state["processed"], state["step"], state["commit"]
     while processed < SAMPLES:
-        if rank == a.die_rank and step == a.die_step and (generation == 0 or a.die_always):
+        if rank == a.die_rank and step == a.die_step and (generation <= a.die_until or a.die_always):
             os.kill(os.getpid(), signal.SIGKILL)
         first = processed + rank * BATCH
         mine = [sample(i) for i in range(first, min(first + BATCH, SAMPLES))]
