@@ -206,6 +206,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("__cuda_array_interface__", &DeviceBufferArrayInterface);
 
   TrackForks();
+  gil::ForgetOtherThreadsInForkedChildren();
   Py_AtExit(&FinalizeMpiAtExit);
   // Before the interpreter finalizes, stop letting blocked threads take the GIL back (python_gil.h).
   py::module_::import("atexit").attr("register")(py::cpp_function([]() { gil::MarkExiting(); }));

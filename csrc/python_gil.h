@@ -38,6 +38,18 @@ inline ExitGate& Gate() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
 }
 
+// A forked child has one thread, the one that called fork(). Threads the parent counted in
+// `returning` (waiting for the GIL after a wait, as the forking thread held it) do not exist
+// there, and MarkExiting() at the child's normal exit waited for them forever. Call once at
+// module import, before any fork matters.
+inline void ForgetOtherThreadsInForkedChildren() {
+  static const bool registered = [] {
+    Gate();  // created here, so that the handler never runs its initialization
+    return pthread_atfork(nullptr, nullptr, [] { Gate().returning.store(0); }) == 0;
+  }();
+  (void)registered;
+}
+
 // Takes the GIL back after PyEval_SaveThread(), or parks forever when the interpreter exits.
 // Not called from a destructor: should CPython end the thread here anyway, the unwind passes.
 inline void Reacquire(PyThreadState* saved) {

@@ -1,7 +1,14 @@
 #include "timeline.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <sstream>
 
+#include "log.h"
 #include "thread_name.h"
 
 namespace collectives {
@@ -28,17 +35,23 @@ std::string JsonString(const std::string& s) {
 }  // namespace
 
 Status Timeline::Start(const std::string& path, bool mark_cycles) {
-  Stop();
+  std::lock_guard<std::mutex> control(control_mu_);
+  StopLocked();
+  // O_CLOEXEC: a program the process starts does not inherit the file.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::Error(StatusCode::INVALID_ARGUMENT,
+                         "cannot open timeline file '" + path + "': " + std::strerror(errno));
   std::lock_guard<std::mutex> lock(mu_);
-  file_ = std::fopen(path.c_str(), "w");
-  if (!file_) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot open timeline file '" + path + "'");
+  fd_ = fd;
+  path_ = path;
+  write_failed_ = false;
   start_ = std::chrono::steady_clock::now();
   const int64_t epoch_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count();
-  std::fprintf(file_,
-               "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": "
-               "\"collectives\", \"start_time_since_epoch_in_micros\": %lld}}",
-               static_cast<long long>(epoch_us));
+  Write("[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": "
+        "\"collectives\", \"start_time_since_epoch_in_micros\": " +
+        std::to_string(epoch_us) + "}}");
   pids_.clear();
   open_.clear();
   mark_cycles_ = mark_cycles;
@@ -49,6 +62,11 @@ Status Timeline::Start(const std::string& path, bool mark_cycles) {
 }
 
 void Timeline::Stop() {
+  std::lock_guard<std::mutex> control(control_mu_);
+  StopLocked();
+}
+
+void Timeline::StopLocked() {
   std::thread writer;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,11 +76,29 @@ void Timeline::Stop() {
     writer.swap(writer_);
   }
   cv_.notify_all();
-  if (writer.joinable()) writer.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  std::fprintf(file_, "\n]\n");
-  std::fclose(file_);
-  file_ = nullptr;
+  if (writer.joinable()) writer.join();  // it writes what was queued before it returns
+  Write("\n]\n");
+  ::close(fd_);
+  fd_ = -1;
+}
+
+void Timeline::Write(const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (!write_failed_)
+        Log(LogLevel::WARNING, "timeline: writing '" + path_ + "' failed (" +
+                                   (n < 0 ? std::string(std::strerror(errno)) : "nothing written") +
+                                   "); the file is incomplete");
+      write_failed_ = true;
+      return;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
 }
 
 int64_t Timeline::Now() const {
@@ -124,13 +160,13 @@ void Timeline::WriterLoop() {
     cv_.wait(lock, [this] { return stop_writer_ || !queue_.empty(); });
     std::deque<std::string> batch;
     batch.swap(queue_);
-    std::FILE* f = file_;
     lock.unlock();
+    std::string text;  // one write per batch
     for (const std::string& e : batch) {
-      std::fputs(",\n", f);
-      std::fputs(e.c_str(), f);
+      text += ",\n";
+      text += e;
     }
-    std::fflush(f);
+    Write(text);
     lock.lock();
     if (stop_writer_ && queue_.empty()) return;
   }

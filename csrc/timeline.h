@@ -3,10 +3,16 @@
 // MEMCPY_IN_FUSION_BUFFER / MPI_ALLREDUCE / MEMCPY_OUT_FUSION_BUFFER. Events are
 // formatted on the engine thread and written by a writer thread, so file I/O never
 // stalls communication. Opens in Perfetto and chrome://tracing.
+//
+// Stop() returns only once the file is complete JSON, whichever thread calls it and whatever
+// else stops or starts the timeline meanwhile (a user thread, another one, the engine's
+// teardown): the user reads the file right after. The file is written with write(2), never
+// through a stdio buffer: a child forked while events sat in such a buffer wrote them into the
+// file a second time when it exited normally (exit() flushes every stdio stream), which broke
+// the JSON.
 #pragma once
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -34,12 +40,19 @@ class Timeline {
   int64_t Now() const;
   void Push(std::string event);
   void WriterLoop();
+  void StopLocked();  // holds control_mu_
+  void Write(const std::string& text);  // the writer thread, or Start/Stop while it is not running
 
+  // Held through a whole Start() or Stop(): a Stop() that finds another one under way waits for
+  // it to finish the file instead of returning at once.
+  std::mutex control_mu_;
   std::mutex mu_;  // guards the fields below against Start/Stop from a user thread
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   std::thread writer_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  bool write_failed_ = false;  // reported once per file
+  std::string path_;
   bool stop_writer_ = false;
   bool active_ = false;
   bool mark_cycles_ = false;

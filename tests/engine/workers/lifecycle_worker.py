@@ -19,7 +19,8 @@
         NotInitializedError naming the parent, and it exits normally with status 0 at once; the
         parent goes on with correct results.
   lifecycle_worker.py dataloader
-        a torch DataLoader with num_workers=2 (forked workers) in an initialized process.
+        a torch DataLoader with num_workers=2 (multiprocessing's "fork" start method) in an
+        initialized process.
 """
 import os
 import signal
@@ -324,7 +325,7 @@ def dataloader():
 
     def epochs():
         for epoch in range(2):
-            loader = DataLoader(Items(), batch_size=4, num_workers=2)
+            loader = DataLoader(Items(), batch_size=4, num_workers=2, multiprocessing_context="fork")
             worker_pids = set()
             for b, (batch, ranks, refusals, pids) in enumerate(loader):
                 assert set(ranks.tolist()) == {r}, ranks

@@ -133,14 +133,15 @@ def timeline_counts(path, check_suffix=".layout"):
 def equal_shapes_with_timeline(rank, size, case, run_steps, expected_checks=1):
     """``run_steps()`` runs STEPS steps with equal shapes; rank 0's timeline must show
     ``expected_checks`` layout checks and every step's reduction."""
-    path = os.path.join(tempfile.gettempdir(), f"layout_timeline_{os.getppid()}_{case}.json")
+    # In this run's own directory: a name in the shared temporary directory could be another
+    # job's (the ranks' parent pid is unique only among the processes of one pid namespace).
+    path = os.path.join(OUT_DIR, f"timeline_{case}.json")
     hvd.start_timeline(path)
     run_steps()
     hvd.barrier()
     hvd.stop_timeline()
     if rank == 0:
         checks, reductions = timeline_counts(path)
-        os.unlink(path)
         emit(rank, f"TIMELINE {case} {checks} {reductions}")
         assert checks == expected_checks, f"{case}: {checks} layout checks in {STEPS} steps"
         assert reductions >= STEPS, f"{case}: {reductions} reductions in {STEPS} steps"
