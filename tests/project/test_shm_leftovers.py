@@ -1,7 +1,7 @@
 """The session's clean-up of MPICH segments (shm_leftovers.py) removes what nothing uses and
 keeps what a process still has open or mapped, and never touches what was there before; and
 collectivesrun removes the segments of the ranks it started once they are killed, keeping
-those of a job running beside (the elastic driver's clean-up: tests/test_elastic_driver.py)."""
+those of a job running beside (the elastic driver's clean-up: tests/elastic/test_elastic_driver.py)."""
 import mmap
 import os
 import signal

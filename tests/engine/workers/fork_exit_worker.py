@@ -1,6 +1,6 @@
 """A child forked after init() that ends through Python's normal exit (atexit handlers,
 interpreter finalization, C exit handlers), not os._exit: it must be gone at once, and the
-parent's engine must go on (tests/test_fork_exit.py).
+parent's engine must go on (tests/engine/test_fork_exit.py).
 
   fork_exit_worker.py
 

@@ -1,5 +1,5 @@
 """stop_timeline() returns only once the file is complete JSON, also when something else touches
-the timeline meanwhile (tests/test_timeline_races.py).
+the timeline meanwhile (tests/engine/test_timeline_races.py).
 
   timeline_race_worker.py OUT_DIR
 

@@ -1,4 +1,4 @@
-"""A job for tests/test_shm_leftovers.py: every rank initialises the engine (MPICH makes its
+"""A job for tests/project/test_shm_leftovers.py: every rank initialises the engine (MPICH makes its
 intra-host segments then), checks one allreduce against numpy, and writes the MPICH segments it
 maps to ``<report>.rank<r>``. Then either ``--die-rank R`` SIGKILLs itself (MPICH's launcher kills
 the others: nobody reaches MPI_Finalize, so the segments stay behind unless the launcher removes
