@@ -1,6 +1,7 @@
-"""horovod.tensorflow.keras.callbacks for Keras 3: BroadcastGlobalVariablesCallback,
-MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback,
-BestModelCheckpoint.
+"""horovod.tensorflow.keras.callbacks: BroadcastGlobalVariablesCallback,
+MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback (for the
+``fit`` of Keras 3 and of Keras 2, tf_keras: see keras_callback_base.py), BestModelCheckpoint
+(Keras 3).
 
 Each of them, at the start of ``fit``, also turns XLA off for the train step when the
 model's optimizer is a DistributedOptimizer and the model was compiled with
@@ -17,7 +18,8 @@ from collectives import ops as core
 from collectives.constants import Average
 
 from .gradient_reducer import backing_variable
-from .keras_optimizer import _DistributedOptimizer
+from .keras_callback_base import CollectivesCallback
+from .keras_flavors import CollectivesOptimizer, flavor_of
 from .mpi_ops import broadcast_variables
 from .naming import digest
 
@@ -25,7 +27,7 @@ from .naming import digest
 def turn_off_xla_for_collectives(model):
     """Rebuild ``model``'s train step without XLA if it would run a DistributedOptimizer under
     XLA. Returns True when it changed something."""
-    if model is None or not isinstance(getattr(model, "optimizer", None), _DistributedOptimizer):
+    if model is None or not isinstance(getattr(model, "optimizer", None), CollectivesOptimizer):
         return False
     if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
         return False
@@ -37,7 +39,7 @@ def turn_off_xla_for_collectives(model):
     return True
 
 
-class _CollectivesCallback(keras.callbacks.Callback):
+class _CollectivesCallback(CollectivesCallback):
     def on_train_begin(self, logs=None):
         turn_off_xla_for_collectives(self.model)
 
@@ -67,7 +69,10 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
-        return list(optimizer.variables) if optimizer is not None and optimizer.built else None
+        flavor = flavor_of(optimizer)
+        if flavor is None or not flavor.optimizer_built(optimizer):
+            return None
+        return flavor.optimizer_variables(optimizer)
 
     def _broadcast(self, variables):
         broadcast_variables(self._shared(variables), root_rank=self.root_rank)
