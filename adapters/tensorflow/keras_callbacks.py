@@ -48,7 +48,8 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
     """Broadcast the model's and the optimizer's variables from ``root_rank`` when training
     starts, so every rank begins from the same state (random initialization or a checkpoint
     restored on one rank). Keras 3 builds the optimizer before training starts; if it is not
-    built yet then, its variables are broadcast after the first batch.
+    built yet then (Keras 2 builds it at the first step), its variables are broadcast after the
+    first batch, and so is everything when the model itself has no variables yet.
 
     ``local_variables`` (Horovod's): variables that keep each rank's own value. Keras 3
     variables have no ``.ref()``; they are recognised by identity (the variable itself or the
@@ -59,6 +60,7 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         self.root_rank = root_rank
         self.broadcast_done = False
         self._optimizer_pending = False
+        self._pending = False  # nothing broadcast yet: the model had no variables at the start
         if local_variables is not None and not isinstance(local_variables, (list, tuple, set)):
             local_variables = [local_variables]
         self.local_variables = list(local_variables or [])
@@ -81,6 +83,11 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         super().on_train_begin(logs)
         if self.broadcast_done:
             return
+        if not getattr(self.model, "built", True):
+            # A model without input shapes (Keras 2 Sequential()) has no variables before its
+            # first batch: everything is broadcast after it, as Horovod's callback does.
+            self._pending = True
+            return
         optimizer_vars = self._optimizer_variables()
         self._broadcast(self.model.variables)
         if optimizer_vars is None:
@@ -90,7 +97,12 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         self.broadcast_done = True
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._optimizer_pending:
+        if self._pending:
+            self._broadcast(self.model.variables)
+            self._broadcast(self._optimizer_variables() or [])
+            self._pending = False
+            self.broadcast_done = True
+        elif self._optimizer_pending:
             self._broadcast(self.model.variables)
             self._broadcast(self._optimizer_variables() or [])
             self._optimizer_pending = False
