@@ -368,9 +368,11 @@ def family_state(workdir):
 
     @case("elastic KerasState: commit, restore and sync of a tf_keras model and optimizer")
     def _():
-        for make in (lambda: tfk.optimizers.Adam(0.01), lambda: tfk.optimizers.legacy.Adam(0.01)):
+        # A wrapped legacy optimizer, and a plain new-style one (fit then trains locally).
+        for make in (lambda: hvd.DistributedOptimizer(tfk.optimizers.legacy.Adam(0.01)),
+                     lambda: tfk.optimizers.Adam(0.01)):
             model = mlp(seed=300 + R)
-            model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
+            model.compile(optimizer=make(), loss="mse")
             state = hvd.elastic.KerasState(model, batch=0, epoch=0)
             committed_optimizer = hvd_tf_optimizer_values(model.optimizer)
             assert committed_optimizer, "the state builds the optimizer's variables"
