@@ -28,8 +28,14 @@ def _twin(cls):
     return _twins[cls]
 
 
+def class_in_use(cls):
+    """The class to make an object of callback class ``cls`` from: ``cls``, or its twin where
+    Keras 2 is in use (for ``__new__``)."""
+    return _twin(cls) if keras2_requested() else cls
+
+
 class CollectivesCallback(keras.callbacks.Callback):
     """A Keras 3 Callback that is also a tf_keras Callback where Keras 2 is in use."""
 
     def __new__(cls, *args, **kwargs):
-        return super().__new__(_twin(cls) if keras2_requested() else cls)
+        return super().__new__(class_in_use(cls))

@@ -1,7 +1,6 @@
 """horovod.tensorflow.keras.callbacks: BroadcastGlobalVariablesCallback,
 MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback (for the
-``fit`` of Keras 3 and of Keras 2, tf_keras: see keras_callback_base.py), BestModelCheckpoint
-(Keras 3).
+``fit`` of Keras 3 and of Keras 2, tf_keras: see keras_callback_base.py), BestModelCheckpoint.
 
 Each of them, at the start of ``fit``, also turns XLA off for the train step when the
 model's optimizer is a DistributedOptimizer and the model was compiled with
@@ -18,7 +17,7 @@ from collectives import ops as core
 from collectives.constants import Average
 
 from .gradient_reducer import backing_variable
-from .keras_callback_base import CollectivesCallback
+from .keras_callback_base import CollectivesCallback, class_in_use
 from .keras_flavors import CollectivesOptimizer, flavor_of
 from .mpi_ops import broadcast_variables
 from .naming import digest
@@ -112,7 +111,11 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """Horovod's: a ModelCheckpoint that saves the whole model whenever ``monitor`` improves
     (``save_best_only=True``). Horovod leaves ``filepath`` to its Spark estimator; Keras 3
     checks the path when the callback is made, so give ``filepath=`` (a ``.keras`` or ``.h5``
-    path) or set ``callback.filepath`` before training."""
+    path) or set ``callback.filepath`` before training. Like the other callbacks it also serves
+    tf_keras' ``fit`` (keras_callback_base.py)."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(class_in_use(cls))
 
     def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch", filepath=None):
         super().__init__(filepath="best_model.keras" if filepath is None else filepath, monitor=monitor,

@@ -22,7 +22,7 @@ import collectives.tensorflow as hvd_tf
 from collectives.adapters.tensorflow.keras_flavors import CollectivesOptimizer
 from common import Checker, raises
 
-R = S = chk = tfk = None
+R = S = chk = tfk = WORKDIR = None
 MICRO = 4  # rows per rank per micro-batch
 
 
@@ -309,6 +309,17 @@ def family_callbacks(light=False):
         assert len(commits) == 2 * 2 + 2, commits  # every 2 batches, and at each epoch's end
         assert_same_on_all_ranks(model.get_weights(), "elastic callbacks fit")
 
+    @case("BestModelCheckpoint saves the best model in tf_keras' fit")
+    def _():
+        path = os.path.join(WORKDIR, f"best{R}.keras")
+        model = mlp()
+        model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.Adam(0.01)), loss="mse")
+        x, y = data(2 * MICRO, seed=33)
+        checkpoint = cb.BestModelCheckpoint(monitor="loss", filepath=path)
+        history = model.fit(x, y, batch_size=MICRO, epochs=2, verbose=0, callbacks=[checkpoint])
+        assert os.path.exists(path) and checkpoint.best == min(history.history["loss"])
+        assert isinstance(hvd.load_model(path), tfk.Model)
+
     @case("jit_compile=True: the callbacks turn XLA off for the train step")
     def _():
         import warnings
@@ -405,8 +416,9 @@ def family_example(workdir):
 
 
 def main():
-    global R, S, chk, tfk
+    global R, S, chk, tfk, WORKDIR
     mode, workdir = sys.argv[1], sys.argv[2]
+    WORKDIR = workdir
     if mode == "env":
         assert os.environ.get("TF_USE_LEGACY_KERAS") == "1"
         tfk = tf.keras
