@@ -4,8 +4,8 @@
 A commit copies every variable's value to a numpy array (Horovod keeps ``tf.identity`` copies;
 on the CPU both are one copy), which is also what the commit file holds. Keras builds an
 optimizer's variables lazily, at its first step: the state builds them at once (as its Keras
-does: keras_flavors), so a commit taken
-before the first step, or restored into a fresh process, has every slot variable.
+does: keras_flavors), so a commit taken before the first step, or restored into a fresh
+process, has every slot variable.
 """
 import numpy as np
 import tensorflow as tf
