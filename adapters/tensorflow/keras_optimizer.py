@@ -1,4 +1,5 @@
-"""horovod.tensorflow.keras's ``DistributedOptimizer`` for Keras 3.
+"""horovod.tensorflow.keras's ``DistributedOptimizer``: the Keras 3 wrapper, and the choice of
+wrapper by the optimizer's Keras (keras_flavors.py; Keras 2's is in keras2_optimizer.py).
 
 Keras 3 routes every update through ``optimizer.apply(grads, variables)``: ``model.fit``'s
 train step (``apply_gradients``), custom loops, and LossScaleOptimizer's inner call. The
