@@ -320,6 +320,21 @@ def family_callbacks(light=False):
         assert os.path.exists(path) and checkpoint.best == min(history.history["loss"])
         assert isinstance(hvd.load_model(path), tfk.Model)
 
+    @case("mixed_float16: tf_keras' LossScaleOptimizer around the wrapper (new and legacy)")
+    def _():
+        tfk.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            for make in (lambda: tfk.optimizers.SGD(0.1), lambda: tfk.optimizers.legacy.SGD(0.1)):
+                model = mlp()
+                model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
+                x, y = data(2 * MICRO, seed=50 + R)  # different data: the reduction is what equalizes
+                model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0)
+                assert "LossScale" in type(model.optimizer).__name__, type(model.optimizer)
+                assert int(model.optimizer.iterations) == 2
+                assert_same_on_all_ranks(model.get_weights(), "mixed_float16")
+        finally:
+            tfk.mixed_precision.set_global_policy("float32")
+
     @case("jit_compile=True: the callbacks turn XLA off for the train step")
     def _():
         import warnings
