@@ -213,7 +213,8 @@ def family_keras3_alongside():
         x, y = data(2 * MICRO, seed=R)
         callback = hvd.callbacks.BroadcastGlobalVariablesCallback(0)
         assert isinstance(callback, keras.callbacks.Callback) and isinstance(callback, tfk.callbacks.Callback)
-        model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0, callbacks=[callback, hvd.callbacks.MetricAverageCallback()])
+        model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0,
+                  callbacks=[callback, hvd.callbacks.MetricAverageCallback()])
         assert_same_on_all_ranks(model.get_weights(), "Keras 3 fit with broadcast (lr 0)")
 
 
@@ -365,7 +366,8 @@ def family_state(workdir):
         hvd_tf.broadcast_variables([v], root_rank=S - 1)
         np.testing.assert_array_equal(v.numpy(), [float(S - 1)] * 3)
 
-    for suffix, make in ((".h5", lambda: tfk.optimizers.legacy.Adam(0.01)), (".keras", lambda: tfk.optimizers.Adam(0.01)),
+    for suffix, make in ((".h5", lambda: tfk.optimizers.legacy.Adam(0.01)),
+                         (".keras", lambda: tfk.optimizers.Adam(0.01)),
                          ("", lambda: tfk.optimizers.RMSprop(0.01))):
         @case(f"load_model of a saved model{suffix or ' (SavedModel)'} trained with DistributedOptimizer")
         def _(suffix=suffix, make=make):
