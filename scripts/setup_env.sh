@@ -33,8 +33,10 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 MODE=${1:-}
 if [ "$MODE" = frameworks ] || [ "$MODE" = test ] || [ "$MODE" = bench ]; then
   # torch: the pinned CPU build (+cpu), so a multi-GB CUDA build is never pulled;
-  # tensorflow-cpu: TensorFlow without CUDA libraries (brings Keras 3).
-  "${PIP[@]}" "torch==2.13.0+cpu" "tensorflow-cpu==2.21.0"
+  # tensorflow-cpu: TensorFlow without CUDA libraries (brings Keras 3); tf-keras: Keras 2, the
+  # version matching TensorFlow's (what TF_USE_LEGACY_KERAS=1 makes tf.keras be), so both Kerases
+  # collectives supports are tested.
+  "${PIP[@]}" "torch==2.13.0+cpu" "tensorflow-cpu==2.21.0" "tf-keras==2.21.0"
 fi
 if [ "$MODE" = test ] || [ "$MODE" = bench ]; then
   "${PIP[@]}" "pytest>=7" "hypothesis>=6" "ml_dtypes>=0.3" "psutil>=5"

@@ -1,9 +1,9 @@
 """Horovod's elastic Keras callbacks: commit every N batches, keep ``state.batch`` and
-``state.epoch`` up to date (Keras 3)."""
-import keras
+``state.epoch`` up to date (for the ``fit`` of Keras 3 and of Keras 2: keras_callback_base.py)."""
+from .keras_callback_base import CollectivesCallback
 
 
-class CommitStateCallback(keras.callbacks.Callback):
+class CommitStateCallback(CollectivesCallback):
     """Commit ``state`` after every ``batches_per_commit`` batches and at the end of each epoch."""
 
     def __init__(self, state, batches_per_commit=1):
@@ -28,7 +28,7 @@ class CommitStateCallback(keras.callbacks.Callback):
         self.state.commit()
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
+class UpdateBatchStateCallback(CollectivesCallback):
     """``state.batch`` = the last finished batch of the epoch (0 again at the epoch's end);
     ``params['steps']`` shows the steps left in an epoch resumed midway, as Horovod's does."""
 
@@ -54,7 +54,7 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state.batch = 0
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
+class UpdateEpochStateCallback(CollectivesCallback):
     """``state.epoch`` = epochs finished in total, over resets (Keras counts from 0 in each
     ``fit``: pass ``epochs=total - state.epoch``)."""
 

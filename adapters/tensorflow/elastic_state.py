@@ -1,10 +1,11 @@
 """Horovod's ``TensorFlowKerasState`` (a Keras model and its optimizer) and ``TensorFlowState``
-(a list of tf.Variables), for TensorFlow 2 eager execution and Keras 3.
+(a list of tf.Variables), for TensorFlow 2 eager execution, Keras 3 and Keras 2 (tf_keras).
 
 A commit copies every variable's value to a numpy array (Horovod keeps ``tf.identity`` copies;
-on the CPU both are one copy), which is also what the commit file holds. Keras 3 builds an
-optimizer's variables lazily, at its first step: the state builds it at once, so a commit taken
-before the first step, or restored into a fresh process, has every slot variable.
+on the CPU both are one copy), which is also what the commit file holds. Keras builds an
+optimizer's variables lazily, at its first step: the state builds them at once (as its Keras
+does: keras_flavors), so a commit taken before the first step, or restored into a fresh
+process, has every slot variable.
 """
 import numpy as np
 import tensorflow as tf
@@ -12,10 +13,14 @@ import tensorflow as tf
 from collectives.basics import rank
 from collectives.elastic.state import ObjectState
 
+from .keras_flavors import flavor_of
 from .mpi_ops import broadcast_object, broadcast_variables
 
 
 def _optimizer_variables(optimizer):
+    flavor = flavor_of(optimizer)
+    if flavor is not None:
+        return flavor.optimizer_variables(optimizer)
     variables = optimizer.variables
     return list(variables() if callable(variables) else variables)
 
@@ -42,8 +47,9 @@ class TensorFlowKerasState(ObjectState):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else model.optimizer
         self.backend = backend
-        if self.optimizer is not None and not getattr(self.optimizer, "built", True):
-            self.optimizer.build(self.model.trainable_variables)
+        flavor = flavor_of(self.optimizer)
+        if flavor is not None:
+            flavor.build_optimizer(self.optimizer, self.model.trainable_variables)
         self._save_model()
         super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
 

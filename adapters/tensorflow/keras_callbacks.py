@@ -1,6 +1,6 @@
-"""horovod.tensorflow.keras.callbacks for Keras 3: BroadcastGlobalVariablesCallback,
-MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback,
-BestModelCheckpoint.
+"""horovod.tensorflow.keras.callbacks: BroadcastGlobalVariablesCallback,
+MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback (for the
+``fit`` of Keras 3 and of Keras 2, tf_keras: see keras_callback_base.py), BestModelCheckpoint.
 
 Each of them, at the start of ``fit``, also turns XLA off for the train step when the
 model's optimizer is a DistributedOptimizer and the model was compiled with
@@ -17,7 +17,8 @@ from collectives import ops as core
 from collectives.constants import Average
 
 from .gradient_reducer import backing_variable
-from .keras_optimizer import _DistributedOptimizer
+from .keras_callback_base import CollectivesCallback, class_in_use
+from .keras_flavors import CollectivesOptimizer, flavor_of
 from .mpi_ops import broadcast_variables
 from .naming import digest
 
@@ -25,7 +26,7 @@ from .naming import digest
 def turn_off_xla_for_collectives(model):
     """Rebuild ``model``'s train step without XLA if it would run a DistributedOptimizer under
     XLA. Returns True when it changed something."""
-    if model is None or not isinstance(getattr(model, "optimizer", None), _DistributedOptimizer):
+    if model is None or not isinstance(getattr(model, "optimizer", None), CollectivesOptimizer):
         return False
     if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
         return False
@@ -37,7 +38,7 @@ def turn_off_xla_for_collectives(model):
     return True
 
 
-class _CollectivesCallback(keras.callbacks.Callback):
+class _CollectivesCallback(CollectivesCallback):
     def on_train_begin(self, logs=None):
         turn_off_xla_for_collectives(self.model)
 
@@ -46,7 +47,8 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
     """Broadcast the model's and the optimizer's variables from ``root_rank`` when training
     starts, so every rank begins from the same state (random initialization or a checkpoint
     restored on one rank). Keras 3 builds the optimizer before training starts; if it is not
-    built yet then, its variables are broadcast after the first batch.
+    built yet then (Keras 2 builds it at the first step), its variables are broadcast after the
+    first batch, and so is everything when the model itself has no variables yet.
 
     ``local_variables`` (Horovod's): variables that keep each rank's own value. Keras 3
     variables have no ``.ref()``; they are recognised by identity (the variable itself or the
@@ -57,6 +59,7 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         self.root_rank = root_rank
         self.broadcast_done = False
         self._optimizer_pending = False
+        self._pending = False  # nothing broadcast yet: the model had no variables at the start
         if local_variables is not None and not isinstance(local_variables, (list, tuple, set)):
             local_variables = [local_variables]
         self.local_variables = list(local_variables or [])
@@ -67,7 +70,10 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
-        return list(optimizer.variables) if optimizer is not None and optimizer.built else None
+        flavor = flavor_of(optimizer)
+        if flavor is None or not flavor.optimizer_built(optimizer):
+            return None
+        return flavor.optimizer_variables(optimizer)
 
     def _broadcast(self, variables):
         broadcast_variables(self._shared(variables), root_rank=self.root_rank)
@@ -75,6 +81,11 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         if self.broadcast_done:
+            return
+        if not getattr(self.model, "built", True):
+            # A model without input shapes (Keras 2 Sequential()) has no variables before its
+            # first batch: everything is broadcast after it, as Horovod's callback does.
+            self._pending = True
             return
         optimizer_vars = self._optimizer_variables()
         self._broadcast(self.model.variables)
@@ -85,7 +96,12 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         self.broadcast_done = True
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._optimizer_pending:
+        if self._pending:
+            self._broadcast(self.model.variables)
+            self._broadcast(self._optimizer_variables() or [])
+            self._pending = False
+            self.broadcast_done = True
+        elif self._optimizer_pending:
             self._broadcast(self.model.variables)
             self._broadcast(self._optimizer_variables() or [])
             self._optimizer_pending = False
@@ -95,7 +111,11 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """Horovod's: a ModelCheckpoint that saves the whole model whenever ``monitor`` improves
     (``save_best_only=True``). Horovod leaves ``filepath`` to its Spark estimator; Keras 3
     checks the path when the callback is made, so give ``filepath=`` (a ``.keras`` or ``.h5``
-    path) or set ``callback.filepath`` before training."""
+    path) or set ``callback.filepath`` before training. Like the other callbacks it also serves
+    tf_keras' ``fit`` (keras_callback_base.py)."""
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(class_in_use(cls))
 
     def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch", filepath=None):
         super().__init__(filepath="best_model.keras" if filepath is None else filepath, monitor=monitor,

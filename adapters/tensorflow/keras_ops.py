@@ -6,7 +6,8 @@ from collectives.constants import Average
 
 from . import mpi_ops
 from .compression import Compression
-from .keras_optimizer import DistributedOptimizer
+from .keras_flavors import flavor_of_saved_model
+from .keras_optimizer import wrap_loaded_optimizer
 
 
 @tf.autograph.experimental.do_not_convert
@@ -39,19 +40,20 @@ def reducescatter(value, name=None, op=Average):
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,
                legacy_opts=False):
     """Load a saved Keras model and wrap its optimizer in DistributedOptimizer (keeping the
-    optimizer's restored state), ready to continue training on every rank.
+    optimizer's restored state), ready to continue training on every rank. The Keras that
+    wrote the file (what it records; a SavedModel directory is Keras 2) loads it: Keras 3, or
+    Keras 2 (tf_keras); a file that records none loads with tf_keras where Keras 2 is in use
+    (``TF_USE_LEGACY_KERAS=1`` or tf_keras imported).
 
     ``custom_optimizers`` (optimizer classes) are merged into ``custom_objects`` by class name.
-    ``legacy_opts`` (Horovod's switch to ``tf.keras.optimizers.legacy``, which Keras 3 does not
-    have) is accepted and ignored.
+    ``legacy_opts`` (Horovod's switch to ``tf.keras.optimizers.legacy``) is accepted and
+    ignored: the optimizer is the one the file records.
     """
     del legacy_opts
-    import keras
-
     objects = dict(custom_objects or {})
     for cls in custom_optimizers or []:
         objects.setdefault(cls.__name__, cls)
-    model = keras.models.load_model(filepath, custom_objects=objects or None)
+    model = flavor_of_saved_model(filepath).load_model(filepath, objects)
     if getattr(model, "optimizer", None) is not None:
-        model.optimizer = DistributedOptimizer(model.optimizer, compression=compression)
+        model.optimizer = wrap_loaded_optimizer(model.optimizer, compression=compression)
     return model

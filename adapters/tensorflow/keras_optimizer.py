@@ -1,4 +1,5 @@
-"""horovod.tensorflow.keras's ``DistributedOptimizer`` for Keras 3.
+"""horovod.tensorflow.keras's ``DistributedOptimizer``: the Keras 3 wrapper, and the choice of
+wrapper by the optimizer's Keras (keras_flavors.py; Keras 2's is in keras2_optimizer.py).
 
 Keras 3 routes every update through ``optimizer.apply(grads, variables)``: ``model.fit``'s
 train step (``apply_gradients``), custom loops, and LossScaleOptimizer's inner call. The
@@ -30,8 +31,10 @@ import tensorflow as tf
 
 from collectives.constants import Adasum, Average
 
+from . import keras2_optimizer
 from .compression import Compression
 from .gradient_reducer import GradientReducer, check_groups
+from .keras_flavors import FLAVORS, CollectivesOptimizer, Keras2, Keras3, flavor_of
 from .process_sets import core_kwargs, global_process_set
 
 
@@ -62,8 +65,8 @@ class _Runtime:
         self.counter = None       # backward passes accumulated since the last update
 
 
-class _DistributedOptimizer:
-    """Mixin placed before the Keras optimizer class in a dynamic subclass."""
+class _DistributedOptimizer(CollectivesOptimizer):
+    """Mixin placed before the Keras 3 optimizer class in a dynamic subclass."""
 
     _collectives_settings = None  # a _Settings, set on the dynamic class
 
@@ -162,7 +165,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
-    """Wrap a Keras 3 optimizer so that gradients are combined over all ranks before each update.
+    """Wrap a Keras optimizer so that gradients are combined over all ranks before each update:
+    a Keras 3 one (here) or a Keras 2 one, ``tf_keras.optimizers.*`` or ``.legacy.*``
+    (keras2_optimizer.py), as the optimizer's class says.
 
     Returns a new optimizer of a dynamic subclass of ``optimizer``'s class, built from its
     config (and holding a copy of its state if it was already built). Arguments as in
@@ -180,12 +185,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     loss-scale optimizer checks the gradients for overflow: every rank then sees the same
     reduced gradients and takes the same branch.
     """
-    import keras
-
     del device_dense, device_sparse  # accepted for Horovod compatibility
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError(f"DistributedOptimizer wraps a Keras optimizer, not a {type(optimizer).__name__}")
-    if isinstance(optimizer, _DistributedOptimizer):
+    flavor = flavor_of(optimizer)
+    if flavor is None:
+        kinds = " or ".join(f.name for f in FLAVORS)
+        raise ValueError(f"DistributedOptimizer wraps a Keras optimizer ({kinds}), not a {type(optimizer).__name__}")
+    if isinstance(optimizer, CollectivesOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if op == Adasum:
         raise ValueError("op == Adasum is not supported yet with Keras")
@@ -200,14 +205,18 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             groups = num_groups
     check_groups(groups)
     core_kwargs(process_set)
+    settings = _Settings(name, compression, op, float(gradient_predivide_factor), groups, sparse_as_dense,
+                         process_set, int(backward_passes_per_step), bool(average_aggregated_gradients),
+                         bool(scale_local_gradients))
+    return _WRAPPERS[type(flavor)](optimizer, settings)
+
+
+def _wrap_keras3(optimizer, settings):
+    import keras
 
     loss_scale = keras.optimizers.LossScaleOptimizer
     if keras.config.dtype_policy().name == "mixed_float16" and not isinstance(optimizer, loss_scale):
         optimizer = loss_scale(optimizer)
-
-    settings = _Settings(name, compression, op, float(gradient_predivide_factor), groups, sparse_as_dense,
-                         process_set, int(backward_passes_per_step), bool(average_aggregated_gradients),
-                         bool(scale_local_gradients))
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__, "_collectives_settings": settings})
@@ -218,6 +227,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         for mine, theirs in zip(wrapped.variables, optimizer.variables):
             mine.assign(theirs)
     return wrapped
+
+
+# How each Keras (keras_flavors.FLAVORS) is wrapped.
+_WRAPPERS = {Keras3: _wrap_keras3, Keras2: keras2_optimizer.wrap}
+
+
+def wrap_loaded_optimizer(optimizer, compression=Compression.none):
+    """``load_model``'s wrapping: a Keras 2 optimizer becomes distributed in place, keeping its
+    restored state (tf_keras may still be waiting to restore slots at the first step); a Keras
+    3 one is wrapped with its state copied."""
+    if isinstance(flavor_of(optimizer), Keras2):
+        settings = _Settings(None, compression, Average, 1.0, None, False, global_process_set, 1, False)
+        return keras2_optimizer.make_distributed_in_place(optimizer, settings)
+    return DistributedOptimizer(optimizer, compression=compression)
 
 
 def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",

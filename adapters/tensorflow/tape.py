@@ -16,6 +16,7 @@ from collectives.constants import Average
 
 from .compression import Compression
 from .gradient_reducer import GradientReducer
+from .keras_flavors import flavor_of
 from .process_sets import global_process_set
 
 
@@ -71,15 +72,13 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
 
 def local_layer_variables(local_layers):
     """The trainable variables of Horovod's ``local_layers`` argument (a Keras layer, a list of
-    them, or None)."""
-    import keras
-
+    them, or None), of Keras 3 or Keras 2."""
     if local_layers is None:
         return []
-    if isinstance(local_layers, keras.layers.Layer):
+    if flavor_of(local_layers, "layer") is not None:
         local_layers = [local_layers]
     local_layers = list(local_layers)
-    if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+    if not all(flavor_of(layer, "layer") is not None for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     return [v for layer in local_layers for v in layer.trainable_weights]
 

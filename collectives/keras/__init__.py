@@ -1,8 +1,10 @@
-"""``import collectives.keras as hvd``: horovod.tensorflow.keras's names for Keras 3 (TensorFlow backend).
+"""``import collectives.keras as hvd``: horovod.tensorflow.keras's names for Keras 3 (TensorFlow
+backend) and Keras 2 (``tf_keras``, e.g. ``tf.keras`` under ``TF_USE_LEGACY_KERAS=1``).
 
-``DistributedOptimizer`` wraps a Keras optimizer for ``model.fit`` and custom loops (a saved
-model loads with plain Keras); ``callbacks`` holds BroadcastGlobalVariablesCallback,
-MetricAverageCallback, LearningRateScheduleCallback and LearningRateWarmupCallback.
+``DistributedOptimizer`` wraps a Keras optimizer of either Keras (the optimizer's class says
+which) for ``model.fit`` and custom loops (a saved model loads with plain Keras); ``callbacks``
+holds BroadcastGlobalVariablesCallback, MetricAverageCallback, LearningRateScheduleCallback,
+LearningRateWarmupCallback and BestModelCheckpoint, which serve either Keras' ``fit``.
 """
 from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.absent_backends import ccl_built, ddl_built

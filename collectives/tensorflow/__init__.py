@@ -4,7 +4,7 @@ The collectives take and return tf.Tensors (the input's dtype; eager tensors cro
 engine without copies and results come back through DLPack), work eagerly and inside
 ``tf.function`` (not under XLA), and the differentiable ones carry gradients.
 ``DistributedGradientTape`` wraps a ``tf.GradientTape``; ``DistributedOptimizer`` wraps a
-Keras optimizer (as ``collectives.keras.DistributedOptimizer``); ``SyncBatchNormalization`` is
+Keras 3 or Keras 2 (``tf_keras``) optimizer (as ``collectives.keras.DistributedOptimizer``); ``SyncBatchNormalization`` is
 a Keras 3 layer with statistics over all ranks. TensorFlow 1 graphs (``tf.compat.v1``
 sessions) are refused at graph-build time with ``GraphModeNotSupportedError``. The TensorFlow
 glue lives in ``collectives.adapters.tensorflow``.
