@@ -14,6 +14,7 @@ glue lives in ``collectives.adapters.tensorflow``.
 from .mpi_ops import *  # noqa: F401,F403
 from collectives.constants import ReduceOp  # noqa: F401
 from collectives.errors import CollectivesError
+from collectives.horovod_util import gpu_available, split_list  # noqa: F401  (horovod.common.util's)
 from collectives.adapters.tensorflow.compression import Compression, Compressor  # noqa: F401
 from collectives.adapters.tensorflow.hops import GraphModeNotSupportedError, XlaNotSupportedError  # noqa: F401
 from collectives.adapters.tensorflow.keras_optimizer import tensorflow_distributed_optimizer as DistributedOptimizer  # noqa: F401,E501

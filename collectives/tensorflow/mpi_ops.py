@@ -1,7 +1,9 @@
 """``horovod.tensorflow.mpi_ops`` of ``collectives.tensorflow``: the public names of Horovod
 0.28.1's module that collectives has, so ``from horovod.tensorflow.mpi_ops import allgather``
 ports by changing the import. Not here: Horovod's private op wrappers (``_allreduce`` and the
-like) and its helpers (``load_library``, ``gpu_available``, ``check_installed_version``, ...).
+like) and its build helpers (``load_library``, ``check_installed_version``, ...);
+``gpu_available`` is here (Horovod's module imports it from horovod.common.util), outside
+``__all__`` as it is no name of this module's own.
 
 It imports the layers below only (not ``collectives.tensorflow``, which imports this module).
 """
@@ -27,6 +29,7 @@ from collectives.adapters.tensorflow.process_sets import (
 )
 from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.constants import Adasum, Average, Max, Min, Product, Sum
+from collectives.horovod_util import gpu_available  # noqa: F401
 
 __all__ = [
     "Adasum", "Average", "Max", "Min", "ProcessSet", "Product", "Sum", "add_process_set", "allgather", "alltoall",
