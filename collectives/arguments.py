@@ -41,6 +41,12 @@ def name(value, kind, process_set_id=0):
     return value
 
 
+def member_names(group, count):
+    """The request names of a grouped op's ``count`` members, as Horovod names them (its timeline
+    shows them): ``<group>_1of<count>``, ``<group>_2of<count>``, ..."""
+    return [f"{group}_{i + 1}of{count}" for i in range(count)]
+
+
 def _integer(value, what, bounds):
     # bool is an int to Python, but root_rank=True is a mistake, not rank 1.
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):

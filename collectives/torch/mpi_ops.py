@@ -47,10 +47,27 @@ from collectives.adapters.torch.mpi_ops import (
 from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.constants import Adasum, Average, Max, Min, Product, Sum
 from collectives.horovod_util import gpu_available  # noqa: F401
+from collectives.renaming import kind_prefixed, renamed
 from collectives.errors import CollectivesError
 
 # Horovod's name for errors raised by collective operations (a RuntimeError).
 HorovodInternalError = CollectivesError
+
+# Requests carry horovod.torch's names (its timeline shows them): the op's kind before the given
+# name, ``allreduce(x, name="a")`` is ``allreduce.a`` (collectives/renaming.py).
+_KINDS = {
+    "allreduce": ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_"),
+    "grouped_allreduce": ("grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+                          "grouped_allreduce_async_"),
+    "allgather": ("allgather", "allgather_async", "sparse_allreduce_async"),  # sparse: two allgathers
+    "grouped_allgather": ("grouped_allgather", "grouped_allgather_async"),
+    "broadcast": ("broadcast", "broadcast_", "broadcast_async", "broadcast_async_"),
+    "alltoall": ("alltoall", "alltoall_async"),
+    "reducescatter": ("reducescatter", "reducescatter_async"),
+    "grouped_reducescatter": ("grouped_reducescatter", "grouped_reducescatter_async"),
+}
+globals().update({verb: renamed(globals()[verb], kind_prefixed(kind)) for kind, verbs in _KINDS.items()
+                  for verb in verbs})
 
 __all__ = [
     "Adasum", "Average", "Compression", "HorovodInternalError", "Max", "Min", "ProcessSet", "Product", "Sum",
