@@ -41,6 +41,12 @@ def name(value, kind, process_set_id=0):
     return value
 
 
+def member_names(group, count):
+    """The request names of a grouped op's ``count`` members, as Horovod names them (its timeline
+    shows them): ``<group>_1of<count>``, ``<group>_2of<count>``, ..."""
+    return [f"{group}_{i + 1}of{count}" for i in range(count)]
+
+
 def _integer(value, what, bounds):
     # bool is an int to Python, but root_rank=True is a mistake, not rank 1.
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
@@ -80,11 +86,17 @@ def scale_factor(value, what):
 
 def splits(value):
     """alltoall splits as a list of ints (None: equal parts), each within int64 and their sum
-    too (the engine adds them in int64)."""
+    too (the engine adds them in int64). Splits of a non-integer type are refused whatever
+    their values (as Horovod does): 2.0 rows is no count, and a float array of garbage must not
+    become a huge count."""
     if value is None:
         return []
+    array = np.asarray(value)
+    # kind "O": Python ints beyond int64 (and mixed lists), which _integer judges one by one.
+    if array.size and array.dtype.kind not in "iuO":
+        raise ArgumentTypeError(f"alltoall splits must be integers, not {array.dtype} values")
     # tolist() gives Python ints (any size), floats or bools, which _integer tells apart.
-    result = [_integer(s, "alltoall split", _INT64) for s in np.asarray(value).reshape(-1).tolist()]
+    result = [_integer(s, "alltoall split", _INT64) for s in array.reshape(-1).tolist()]
     if any(s < 0 for s in result):
         raise InvalidArgumentError(f"alltoall splits must not be negative: {result}")
     if sum(result) > _INT64[1]:

@@ -69,7 +69,7 @@ def allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, proces
 def grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
     tensors = list(tensors)
     group = _name(name, "grouped_allreduce", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
+    names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.ALLREDUCE, names, process_set, group, len(tensors)):
         prepared = [_allreduce_prepare(t, op, n, prescale_factor, postscale_factor, inplace, group, len(tensors),
                                        process_set)
@@ -120,7 +120,7 @@ def allgather_async(tensor, name, process_set):
 def grouped_allgather_async(tensors, name, process_set):
     tensors = list(tensors)
     group = _name(name, "grouped_allgather", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
+    names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.ALLGATHER, names, process_set, group, len(tensors)):
         prepared = [_allgather_prepare(t, n, group, len(tensors), process_set) for n, t in zip(names, tensors)]
     finish = lambda outcomes: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
@@ -169,7 +169,7 @@ def reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, pro
 def grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor, process_set):
     tensors = list(tensors)
     group = _name(name, "grouped_reducescatter", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
+    names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.REDUCESCATTER, names, process_set, group, len(tensors)):
         prepared = [_reducescatter_prepare(t, op, n, prescale_factor, postscale_factor, group, len(tensors),
                                            process_set)

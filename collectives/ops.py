@@ -164,7 +164,7 @@ def _grouped_async(tensors, op, name, prescale_factor, postscale_factor, inplace
                                                   process_set)
     group = _name(name, "grouped_allreduce", process_set)
     size = len(tensors)
-    names = [f"{group}.{i}" for i in range(size)]
+    names = arguments.member_names(group, size)
     with failing_together(OpType.ALLREDUCE, names, process_set, group, size):
         prepared = [_grouped_member(t, op, n, prescale_factor, postscale_factor, inplace, group, size, process_set)
                     for n, t in zip(names, tensors)]
@@ -265,7 +265,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     if _on_device(tensors):
         return device_ops.grouped_allgather_async(tensors, name, process_set)
     group = _name(name, "grouped_allgather", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
+    names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.ALLGATHER, names, process_set, group, len(tensors)):
         prepared = [_allgather_prepare(t, n, group, len(tensors), process_set) for n, t in zip(names, tensors)]
     finish = lambda outcomes: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
@@ -346,7 +346,7 @@ def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=
         return device_ops.grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
                                                       process_set)
     group = _name(name, "grouped_reducescatter", process_set)
-    names = [f"{group}.{i}" for i in range(len(tensors))]
+    names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.REDUCESCATTER, names, process_set, group, len(tensors)):
         prepared = [_reducescatter_prepare(t, op, n, prescale_factor, postscale_factor, group, len(tensors),
                                            process_set)

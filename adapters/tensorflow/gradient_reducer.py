@@ -26,6 +26,7 @@ from collectives import ops as core
 from collectives.constants import Adasum, Average, OpType, Sum
 from collectives.errors import raise_for_status
 from collectives.handles import synchronize
+from collectives.horovod_util import split_list
 from collectives.shared_failure import failing_together
 
 from .compression import Compression
@@ -39,11 +40,6 @@ from .tensors import share
 # Engine-side plans kept per hop: one per distinct list of dtypes and shapes (a traced step
 # has one; dynamic shapes would make new ones, so older ones are dropped past this many).
 _MAX_PLANS = 8
-
-
-def _split_evenly(items, n):
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
 def backing_variable(variable):
@@ -132,7 +128,7 @@ class GradientReducer:
         if self.groups is None:
             return [dense_idx] if dense_idx else []
         if isinstance(self.groups, int):
-            return [g for g in _split_evenly(dense_idx, self.groups) if g]
+            return [g for g in split_list(dense_idx, self.groups) if g]
         if variables is None:
             raise ValueError("groups given as lists of variables need the variables of the gradients")
         position = {id(v): i for i, v in enumerate(variables)}

@@ -237,23 +237,35 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     return objects.allgather_object(obj, name, **core_kwargs(process_set))
 
 
+# Horovod's codes for a set id the engine does not know (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET):
+# its size and included ops return it as their value instead of raising.
+_UNKNOWN_SET = -3
+
+
+def _registered_set(process_set_id):
+    try:
+        return process_set_by_id(process_set_id)
+    except InvalidArgumentError:
+        return None
+
+
 @not_converted
 def size_op(process_set_id=0, name=None):
-    """The number of ranks, as an int32 tensor."""
-    return tf.constant(basics.size(), tf.int32, name=name)
+    """The number of ranks in the registered set ``process_set_id`` (all ranks for 0), as an
+    int32 tensor; the same on ranks outside the set (as Horovod's op); -3 for an unknown id."""
+    ps = _registered_set(process_set_id)
+    return tf.constant(_UNKNOWN_SET if ps is None else set_size(ps), tf.int32, name=name)
 
 
 @not_converted
 def process_set_included_op(process_set_id=0, name=None):
     """1 (an int32 tensor) if this rank belongs to the registered set ``process_set_id``, else 0;
     -3, as Horovod's op, for an id that is not registered."""
-    try:
-        value = int(bool(process_set_by_id(process_set_id).included()))
-    except InvalidArgumentError:
-        value = -3
-    return tf.constant(value, tf.int32, name=name)
+    ps = _registered_set(process_set_id)
+    return tf.constant(_UNKNOWN_SET if ps is None else int(bool(ps.included())), tf.int32, name=name)
 
 
+# Horovod's rank_op, local_size_op and local_rank_op take no process set: job-wide values.
 @not_converted
 def local_size_op(name=None):
     return tf.constant(basics.local_size(), tf.int32, name=name)

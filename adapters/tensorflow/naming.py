@@ -7,7 +7,10 @@ tapes or optimizers reducing different tensor lists get different names without 
 on per-process counters or variable names, which can differ between ranks (Keras names
 layers by how many were created in the process).
 """
+import re
 import zlib
+
+import tensorflow as tf
 
 
 def digest(arrays, ragged=()):
@@ -36,3 +39,26 @@ def layout_record(labels, pairs):
     which may differ per rank) is written ``*``."""
     return "\n".join(f"{label}\t{dtype.name}[{', '.join('*' if d is None else str(d) for d in shape)}]"
                      for label, (dtype, shape) in zip(labels, pairs))
+
+
+def horovod_graph_name(kind, grouped=False):
+    """horovod.tensorflow's rule, as a ``rename(tensors, name)`` for collectives/renaming.py: a
+    given name stays; an unnamed call being traced into a graph (tf.function) gets Horovod's
+    name of its op, after its input: ``Horovod<kind>_<input tensor's name>``
+    (``HorovodGrouped<kind>_<first>_<last>`` for a group), every character outside
+    [A-Za-z0-9_] made '_', then made unique in the graph as TensorFlow makes op names unique
+    ('_1', '_2', ...), without the name scope (adapters/tensorflow/mpi_ops.py). The same traced
+    program gives the same names on every rank, as in Horovod. Eagerly, and for inputs that are
+    not TensorFlow tensors or variables (Horovod needs one), the core names the call."""
+    def rename(tensors, name):
+        if name is not None or tf.executing_eagerly():
+            return name
+        tensors = list(tensors) if grouped else [tensors]
+        names = [getattr(t, "name", None) for t in tensors[:1] + tensors[-1:]]
+        if len(names) != 2 or not all(isinstance(n, str) for n in names):
+            return name
+        base = f"HorovodGrouped{kind}_{names[0]}_{names[1]}" if grouped else f"Horovod{kind}_{names[0]}"
+        unique = tf.compat.v1.get_default_graph().unique_name(re.sub("[^a-zA-Z0-9_]", "_", base))
+        return unique.rsplit("/", 1)[-1]
+    return rename
+

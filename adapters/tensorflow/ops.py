@@ -126,12 +126,14 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     n = set_size(process_set)
     inputs = [to_wire(tensor)]
     if splits is not None:
-        inputs.append(tf.reshape(tf.cast(splits, tf.int64), [-1]))
+        # Uncast: the core refuses non-integer splits (collectives/arguments.py) inside its
+        # shared-failure guard, so one rank's float splits fail every rank instead of becoming counts.
+        inputs.append(tf.reshape(tf.convert_to_tensor(splits), [-1]))
 
     def alltoall_array(arrays):
         arr = arrays[0]
         if len(arrays) > 1:
-            split_list = [int(s) for s in arrays[1]]
+            split_list = arrays[1]
         else:  # equal parts, made explicit so the received splits are always known (for the gradient)
             dim0 = arr.shape[0] if arr.ndim else 0
             split_list = None if dim0 % n else [dim0 // n] * n

@@ -127,9 +127,15 @@ def _split_list(tensor, splits, process_set):
         n = set_size(process_set)
         dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
         return None if dim0 % n else [dim0 // n] * n
+    # The core checks the splits (collectives/arguments.py) inside its shared-failure guard, so a
+    # float splits tensor on one rank fails every rank: hand them over unconverted.
     if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.detach().cpu().reshape(-1).tolist()]
-    return [int(s) for s in np.asarray(splits).reshape(-1)]
+        splits = splits.detach().cpu().reshape(-1)
+        try:
+            return splits.numpy()
+        except TypeError:  # no numpy type (bfloat16, the float8s, complex32): refused all the same
+            return splits.to(torch.complex64 if splits.is_complex() else torch.float32).numpy()
+    return np.asarray(splits).reshape(-1)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):

@@ -35,13 +35,13 @@ from collectives import config
 from collectives import ops as core
 from collectives.constants import Adasum, Average, Sum
 from collectives.errors import ArgumentTypeError
-from collectives.process_sets import set_size
+from collectives.horovod_util import split_list
+from collectives.process_sets import process_set_id, set_size
 
 from .adasum_optimizer import _DistributedAdasumOptimizer, distributed_adasum_optimizer
 from .broadcasts import broadcast_optimizer_state, broadcast_parameters  # noqa: F401 - re-exported
 from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks
-from .mpi_ops import check_process_set
 from .sparse import sparse_allreduce_async
 from .tensors import to_numpy
 from .tensors import wait  # internal handles: waited on without releasing them
@@ -54,11 +54,6 @@ __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_
 _SPARSE = object()  # marks a gradient reduced as a sparse tensor (its result replaces p.grad)
 
 
-def _split_list(items, n):
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
-
-
 # ---------------------------------------------------------------- DistributedOptimizer
 
 class _DistributedOptimizer:
@@ -66,7 +61,7 @@ class _DistributedOptimizer:
 
     def _distributed_init(self, named_parameters, compression, backward_passes_per_step, op,
                           gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set):
-        check_process_set(process_set)
+        process_set_id(process_set)  # an unregistered set raises now; a set without this rank is allowed
         if num_groups:
             warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                           DeprecationWarning, stacklevel=3)
@@ -115,7 +110,7 @@ class _DistributedOptimizer:
         self._sparse_dims = {}  # param -> sparse_dim of the sparse gradients it has produced
         self._groups = self._form_groups(groups)
         self._deferred = self._defers(self._requires_update)
-        if set_size(process_set) > 1:
+        if self._communicates():
             self._register_hooks()
 
     # -- setup
@@ -132,7 +127,7 @@ class _DistributedOptimizer:
             raise ValueError("groups should be a positive integer or a list of lists of torch.Tensor")
         if isinstance(groups, numbers.Integral):
             groups = int(groups)
-            p_groups = [g for g in _split_list(self._requires_update, groups) if g]
+            p_groups = [g for g in split_list(self._requires_update, groups) if g]
         else:
             seen = set()
             p_groups = []
@@ -166,6 +161,12 @@ class _DistributedOptimizer:
         if self._groups is not None or not params or any(p.device.type != "cpu" for p in params):
             return False
         return sum(p.numel() * p.element_size() for p in params) < config.read("overlap_min_bytes")
+
+    def _communicates(self):
+        """Whether this rank reduces gradients: as in Horovod, a rank outside the process set
+        steps on its local gradients, and a set of one has nothing to combine."""
+        member = process_set_id(self.process_set) == 0 or bool(self.process_set.included())
+        return member and set_size(self.process_set) > 1
 
     def _register_hooks(self):
         self._hook_handles += register_grad_ready_hooks(self, self._requires_update)
@@ -277,8 +278,9 @@ class _DistributedOptimizer:
         """Wait for every gradient allreduce of this step; afterwards ``p.grad`` holds the reduced
         gradients. Parameters whose hook did not fire (unused this step, or fewer backward
         passes than ``backward_passes_per_step``) are reduced now, with zeros where they have
-        no gradient, so every rank submits the same names."""
-        if set_size(self.process_set) > 1:
+        no gradient, so every rank submits the same names. On a rank outside the process set
+        the gradients stay local."""
+        if self._communicates():
             if self._deferred:  # one grouped allreduce of every gradient (module docstring)
                 self._handles = {"all": self._submit(tuple(self._requires_update))}
             else:
@@ -347,7 +349,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     ``state_dict`` keep working) sharing the optimizer's parameter groups, state and
     hyperparameters. See Horovod's documentation for the arguments; ``compression=None``
     means no compression. With a ``process_set``, gradients are averaged over its ranks only
-    (every member must use the optimizer; other ranks must not). ``op=Adasum`` on more than
+    (every member must use the optimizer); on a rank outside the set it steps on the local
+    gradients, as in Horovod, so every rank may build one optimizer per set. ``op=Adasum`` on more than
     one rank returns Horovod's delta optimizer instead (``adasum_optimizer``).
     """
     if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):

@@ -10,6 +10,7 @@ from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size
 from collectives.absent_backends import ccl_built, ddl_built
 from collectives.constants import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collectives.errors import CollectivesError
+from collectives.horovod_util import is_version_greater_equal_than  # noqa: F401  (horovod.common.util's)
 from collectives.adapters.tensorflow.compression import Compression
 from collectives.adapters.tensorflow.keras_ops import allgather, allreduce, broadcast, load_model, reducescatter
 from collectives.adapters.tensorflow.keras_optimizer import DistributedOptimizer, PartialDistributedOptimizer

@@ -14,23 +14,28 @@ glue lives in ``collectives.adapters.tensorflow``.
 from .mpi_ops import *  # noqa: F401,F403
 from collectives.constants import ReduceOp  # noqa: F401
 from collectives.errors import CollectivesError
+from collectives.horovod_util import gpu_available, split_list  # noqa: F401  (horovod.common.util's)
 from collectives.adapters.tensorflow.compression import Compression, Compressor  # noqa: F401
 from collectives.adapters.tensorflow.hops import GraphModeNotSupportedError, XlaNotSupportedError  # noqa: F401
 from collectives.adapters.tensorflow.keras_optimizer import tensorflow_distributed_optimizer as DistributedOptimizer  # noqa: F401,E501
+from collectives.adapters.tensorflow import mpi_ops as _adapter
 from collectives.adapters.tensorflow.mpi_ops import (  # noqa: F401
     _executing_eagerly,
     allgather_object,
-    allreduce,
     barrier,
     broadcast_global_variables,
     broadcast_object,
     broadcast_object_fn,
     broadcast_variables,
-    grouped_allreduce,
-    grouped_reducescatter,
-    reducescatter,
 )
 from collectives.adapters.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape
+from .mpi_ops import horovod_named
+
+# Unnamed calls in a tf.function carry horovod.tensorflow's names (.mpi_ops.horovod_named).
+allreduce = horovod_named(_adapter.allreduce, "Allreduce")
+grouped_allreduce = horovod_named(_adapter.grouped_allreduce, "Allreduce", grouped=True)
+reducescatter = horovod_named(_adapter.reducescatter, "Reducescatter")
+grouped_reducescatter = horovod_named(_adapter.grouped_reducescatter, "Reducescatter", grouped=True)
 
 # Horovod's name for errors raised by collective operations (a RuntimeError).
 HorovodInternalError = CollectivesError

@@ -2,8 +2,9 @@
 module that collectives has, so ``from horovod.torch.mpi_ops import allreduce_async_`` ports
 by changing the import. Not here: Horovod's autograd Function classes (``HorovodAllreduce``
 and the like, whose ``apply`` signatures are Horovod's own) and its helpers ``mpi_lib``,
-``check_installed_version``, ``gpu_available``, ``num_rank_is_power_2`` and
-``get_average_backwards_compatibility_fun``.
+``check_installed_version``, ``num_rank_is_power_2`` and
+``get_average_backwards_compatibility_fun``. ``gpu_available`` is here (Horovod's module imports
+it from horovod.common.util), outside ``__all__``: horovod.torch itself does not export it.
 
 It imports the layers below only (not ``collectives.torch``, which imports this module).
 """
@@ -45,10 +46,28 @@ from collectives.adapters.torch.mpi_ops import (
 )
 from collectives.basics import *  # noqa: F401,F403  (basics.__all__: rank, size, init, ... as every face has them)
 from collectives.constants import Adasum, Average, Max, Min, Product, Sum
+from collectives.horovod_util import gpu_available  # noqa: F401
+from collectives.renaming import kind_prefixed, renamed
 from collectives.errors import CollectivesError
 
 # Horovod's name for errors raised by collective operations (a RuntimeError).
 HorovodInternalError = CollectivesError
+
+# Requests carry horovod.torch's names (its timeline shows them): the op's kind before the given
+# name, ``allreduce(x, name="a")`` is ``allreduce.a`` (collectives/renaming.py).
+_KINDS = {
+    "allreduce": ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_"),
+    "grouped_allreduce": ("grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+                          "grouped_allreduce_async_"),
+    "allgather": ("allgather", "allgather_async", "sparse_allreduce_async"),  # sparse: two allgathers
+    "grouped_allgather": ("grouped_allgather", "grouped_allgather_async"),
+    "broadcast": ("broadcast", "broadcast_", "broadcast_async", "broadcast_async_"),
+    "alltoall": ("alltoall", "alltoall_async"),
+    "reducescatter": ("reducescatter", "reducescatter_async"),
+    "grouped_reducescatter": ("grouped_reducescatter", "grouped_reducescatter_async"),
+}
+globals().update({verb: renamed(globals()[verb], kind_prefixed(kind)) for kind, verbs in _KINDS.items()
+                  for verb in verbs})
 
 __all__ = [
     "Adasum", "Average", "Compression", "HorovodInternalError", "Max", "Min", "ProcessSet", "Product", "Sum",

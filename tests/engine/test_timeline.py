@@ -13,7 +13,7 @@ import pytest
 from mpi_launch import run_workers
 
 FUSED = [f"tl.fused.{i}" for i in range(6)]
-GROUP_MEMBERS = [f"tl.group.{i}" for i in range(4)]
+GROUP_MEMBERS = [f"tl.group_{i + 1}of4" for i in range(4)]  # Horovod's names of a group's members
 ALL_TENSORS = FUSED + GROUP_MEMBERS + ["tl.bcast", "tl.gather"]
 
 
@@ -153,3 +153,38 @@ def test_timeline_mark_cycles_variable(tmp_path, mark):
     run_workers(2, "timeline_worker.py", "env", timeout=120, env=env)
     events = load_events(path)
     assert any(e.get("name") == "CYCLE_START" for e in events)
+
+
+def test_timeline_names_of_the_torch_face(tmp_path):
+    """collectives.torch records Horovod's torch names (issue 35 item 5): the op's kind before the
+    user's name (``allreduce.tt.allreduce``), ``<kind>.noname.<n>`` without one, and a group's
+    members as ``<kind>.<name>_<i>of<n>``; never the bare user name."""
+    pytest.importorskip("torch")
+    path = str(tmp_path / "timeline.json")
+    run_workers(2, "timeline_worker.py", "torch", timeout=120, env={"COLLECTIVES_TIMELINE": path})
+    pids = tensor_pids(load_events(path))
+    expected = ["allreduce.tt.allreduce", "grouped_allreduce.tt.group_1of2", "grouped_allreduce.tt.group_2of2",
+                "allgather.tt.allgather", "broadcast.tt.broadcast", "alltoall.tt.alltoall",
+                "reducescatter.tt.reducescatter"]
+    missing = [t for t in expected if t not in pids]
+    assert not missing, f"missing {missing}; recorded {sorted(pids)}"
+    assert any(t.startswith("allreduce.noname.") for t in pids), sorted(pids)
+    assert not [t for t in pids if t.startswith("tt.")], sorted(pids)
+
+
+def test_timeline_names_of_the_tensorflow_face(tmp_path):
+    """collectives.tensorflow records Horovod's TensorFlow names (issue 35 item 5): an unnamed op in
+    a tf.function is named after its input (``HorovodAllreduce_x_0``, unique in the graph), a group
+    after its first and last inputs with Horovod's member suffixes; a given name as it is."""
+    pytest.importorskip("tensorflow")
+    path = str(tmp_path / "timeline.json")
+    env = {"COLLECTIVES_TIMELINE": path, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    run_workers(2, "timeline_worker.py", "tensorflow", timeout=120, env=env)
+    pids = tensor_pids(load_events(path))
+    expected = ["HorovodAllreduce_x_0", "HorovodAllreduce_x_0_1", "HorovodAllgather_x_0",
+                "HorovodGroupedAllreduce_x_0_mul_0_1of2", "HorovodGroupedAllreduce_x_0_mul_0_2of2", "tt.tf.named"]
+    missing = [t for t in expected if t not in pids]
+    assert not missing, f"missing {missing}; recorded {sorted(pids)}"
+    # the eager call: the core's name
+    assert any(t.startswith("allreduce.noname.") for t in pids), sorted(pids)
+

@@ -1,7 +1,8 @@
 """The README's Horovod 0.28.1 compatibility table (issue 11 item 14): every name the data file
 (tests/project/data/horovod_0_28_1_api.json) lists as API is on our face, and the README section is
-what scripts/compat_table.py generates now. The last two tests prove the check can fail: a
-missing API name and a stale README are reported (on a small data file and a copy of a README)."""
+what scripts/compat_table.py generates now. The last three tests prove the check can fail: a
+missing API name, a stale README and a name re-exported from horovod.common but filed as
+"internal" are reported (on a small data file and a copy of a README)."""
 import importlib.util
 import json
 import os
@@ -42,13 +43,15 @@ def test_data_file_is_well_formed():
         assert m["sources"], f"{m['module']}: no source recorded"
         for name, status in {**m["names"], **m["private_used"]}.items():
             assert status in data["statuses"], f"{m['module']}.{name}: unknown status {status!r}"
+        assert isinstance(m["from_common"], list), f"{m['module']}: no from_common list"
+    assert table.common_reexport_problems(data) == []
 
 
-def small_data(names):
+def small_data(names, from_common=()):
     return {"horovod_version": "0.28.1",
             "statuses": {"api": "API", "internal": "an internal helper"},
             "modules": [{"module": "horovod.fake", "face": "collectives.constants", "sources": ["test"],
-                         "names": names, "private_used": {}}]}
+                         "names": names, "from_common": list(from_common), "private_used": {}}]}
 
 
 def test_missing_api_name_is_reported(tmp_path, capsys):
@@ -82,3 +85,25 @@ def test_stale_readme_is_reported_and_rewritten(tmp_path, capsys):
     assert text.startswith("intro\n") and text.endswith("outro\n") and "an old table" not in text
     assert "`gone_helper` | an internal helper" in text
     assert table.main(args + ["--check"]) == 0
+
+
+def test_common_reexport_filed_as_internal_is_reported(tmp_path, capsys):
+    # The gap of issue 35 item 4: horovod.tensorflow re-exports gpu_available from
+    # horovod.common.util, and the data file had called it "internal", so nobody noticed our
+    # face lacked it. A re-export from horovod.common under "internal", or unlisted, fails --check.
+    table = load_script()
+    data = small_data({"Sum": "api", "gpu_available": "internal"}, from_common=["gpu_available", "split_list"])
+    problems = table.common_reexport_problems(data)
+    assert len(problems) == 2, problems
+    assert "horovod.fake.gpu_available" in problems[0] and "'internal'" in problems[0]
+    assert "horovod.fake.split_list" in problems[1] and "not listed" in problems[1]
+    data_path = tmp_path / "api.json"
+    data_path.write_text(json.dumps(data))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{table.BEGIN}\n{table.END}\n")
+    assert table.main(["--data", str(data_path), "--readme", str(readme), "--write"]) == 1
+    assert "horovod.fake.gpu_available" in capsys.readouterr().err
+    data["modules"][0]["names"].update(gpu_available="api", split_list="internal")
+    data["modules"][0]["from_common"] = ["gpu_available"]
+    assert table.common_reexport_problems(data) == []
+

@@ -295,12 +295,12 @@ def local_cases(r, n, chk):
     def duplicate_rejected_atomically():
         # A group with one name in flight is rejected as a whole: none of it is queued.
         for name, first in in_turn(
-                "dup.atomic", lambda name: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}.1"),
+                "dup.atomic", lambda name: hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}_2of2"),
                 lambda name: hvd.grouped_allreduce_async([np.ones(2, f32), np.ones(2, f32)], op=hvd.Sum, name=name),
                 "group containing an in-flight name did not raise"):
-            wait(first, 30, f"{name}.1")
-            # <name>.0 was not left in flight by the rejected group.
-            out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}.0"), 30, f"{name}.0")
+            wait(first, 30, f"{name}_2of2")
+            # <name>_1of2 (the group's first member, Horovod's name) was not left in flight by the rejected group.
+            out = wait(hvd.allreduce_async(np.ones(2, f32), op=hvd.Sum, name=f"{name}_1of2"), 30, f"{name}_1of2")
             np.testing.assert_array_equal(out, np.full(2, n, f32))
     chk.check("a group with an in-flight member name is rejected whole", duplicate_rejected_atomically)
 

@@ -5,7 +5,8 @@ the engine must keep working afterwards.
   shared_failure_worker.py one_rank    bad input on the last rank only (item 3 of issue 10)
   shared_failure_worker.py groups      grouped ops whose member count differs (item 2)
   shared_failure_worker.py arguments   typed argument errors and scalars (items 8-12)
-  shared_failure_worker.py torch_state_dict   torch broadcast_parameters with different state dicts
+  shared_failure_worker.py torch_inputs   torch broadcast_parameters with different state dicts,
+                                          alltoall with float splits
 """
 import math
 import pickle
@@ -73,6 +74,10 @@ def one_rank(chk, n, r):
          lambda: hvd.alltoall_async(np.zeros((n, 2)), name="bad.splits"),
          lambda: hvd.alltoall_async(np.zeros((n, 2)), splits=[n + 1] + [0] * (n - 1), name="bad.splits"),
          hvd.InvalidArgumentError, "splits")
+    case("alltoall splits of a float type (integral values)",
+         lambda: hvd.alltoall_async(np.zeros((n, 2)), splits=np.ones(n, np.int32), name="bad.floatsplits"),
+         lambda: hvd.alltoall_async(np.zeros((n, 2)), splits=np.ones(n, np.float32), name="bad.floatsplits"),
+         ValueError, "integers")
     ro = np.ones(4)
     ro.flags.writeable = False
     case("read-only array for allreduce_",
@@ -198,8 +203,9 @@ def arguments(chk, n, r):
     chk.check("alltoall_async resolves to a tuple for numpy", alltoall_async_tuple)
 
 
-def torch_state_dict(chk, n, r):
-    """torch broadcast_parameters with a state dict that differs on one rank (issue 10, item 3)."""
+def torch_inputs(chk, n, r):
+    """torch broadcast_parameters with a state dict that differs on one rank (issue 10, item 3),
+    and a float alltoall splits tensor on one rank (issue 35, item 6)."""
     import torch
 
     import collectives.torch as thvd
@@ -239,13 +245,35 @@ def torch_state_dict(chk, n, r):
             assert torch.equal(p[k], want[k]), k
     chk.check("equal state dicts broadcast as before", same)
 
+    def float_splits():
+        # issue 35 item 6: a float splits tensor (torch.empty's garbage, as in Horovod's test) on
+        # one rank was converted to counts; now that rank gets a ValueError, the others the mismatch.
+        x = torch.zeros(n, 2)
+        start = time.monotonic()
+        try:
+            if r == bad:
+                thvd.alltoall(x, torch.empty(n, dtype=torch.float32), name="bad.torchsplits")
+            else:
+                thvd.alltoall(x, torch.ones(n, dtype=torch.int32), name="bad.torchsplits")
+        except (ValueError, hvd.TensorMismatchError) as e:
+            assert time.monotonic() - start < DEADLINE
+            if r == bad:
+                assert isinstance(e, ValueError) and "integers" in str(e) and "float32" in str(e), repr(e)
+            else:
+                assert isinstance(e, hvd.TensorMismatchError), repr(e)
+                assert f"rank {bad}" in str(e) and "integers" in str(e), str(e)
+        else:
+            raise AssertionError("float splits: no error")
+        sum_works("torch float splits", n, r)
+    chk.check("torch alltoall with float splits on one rank", float_splits)
+
 
 def main():
     mode = sys.argv[1]
     hvd.init()
     n, r = hvd.size(), hvd.rank()
     chk = Checker(r)
-    {"one_rank": one_rank, "groups": groups, "arguments": arguments, "torch_state_dict": torch_state_dict}[mode](chk, n, r)
+    {"one_rank": one_rank, "groups": groups, "arguments": arguments, "torch_inputs": torch_inputs}[mode](chk, n, r)
     hvd.shutdown()
     chk.finish()
 

@@ -5,6 +5,11 @@
   timeline_worker.py env_exit         the same, but the process exits without shutdown()
   timeline_worker.py midflight PATH   start_timeline() while an allreduce is in flight (rank 1
                                       submits it late), stop_timeline() once all is done
+  timeline_worker.py torch            run with COLLECTIVES_TIMELINE set: collectives.torch's verbs,
+                                      named ("tt.*") and unnamed, whose requests carry
+                                      Horovod's torch names (issue 35 item 5)
+  timeline_worker.py tensorflow       the same for collectives.tensorflow: unnamed calls in a
+                                      tf.function carry Horovod's graph names
   timeline_worker.py api PATH PATH2   start_timeline(PATH, mark_cycles=True), the workload,
                                       stop_timeline(), ops that must not be recorded, then
                                       start_timeline(PATH2) for one more op, and shutdown()
@@ -23,6 +28,52 @@ from robust_util import wait
 
 FUSED = [f"tl.fused.{i}" for i in range(6)]
 GROUP = "tl.group"
+
+
+def torch_workload(r, n):
+    """One of each torch verb, named, and an unnamed allreduce; the results are checked so that
+    the names are those of completed requests."""
+    import torch
+
+    import collectives.torch as ht
+
+    x = torch.full((2 * n,), float(r + 1))
+    total = float(n * (n + 1) // 2)
+    torch.testing.assert_close(ht.allreduce(x, op=ht.Sum, name="tt.allreduce"), torch.full((2 * n,), total))
+    torch.testing.assert_close(ht.allreduce(x, op=ht.Sum), torch.full((2 * n,), total))
+    grouped = ht.grouped_allreduce([x, x + 1], op=ht.Sum, name="tt.group")
+    torch.testing.assert_close(grouped[1], torch.full((2 * n,), total + n))
+    assert ht.allgather(x[:1], name="tt.allgather").tolist() == [float(i + 1) for i in range(n)]
+    assert ht.broadcast(x, 0, name="tt.broadcast").tolist() == [1.0] * (2 * n)
+    received, _ = ht.alltoall(x, torch.full((n,), 2, dtype=torch.int32), name="tt.alltoall")
+    assert received.tolist() == [float(i + 1) for i in range(n) for _ in range(2)]
+    torch.testing.assert_close(ht.reducescatter(x, op=ht.Sum, name="tt.reducescatter"), torch.full((2,), total))
+
+
+def tensorflow_workload(r, n):
+    """Unnamed verbs traced into a tf.function (run twice: the same names each step), a named one,
+    and an unnamed eager one."""
+    import tensorflow as tf
+
+    import collectives.tensorflow as htf
+
+    @tf.function
+    def step(x):
+        total = htf.allreduce(x, op=htf.Sum)
+        again = htf.allreduce(x, op=htf.Sum)  # a second op on the same input: made unique
+        gathered = htf.allgather(x)
+        grouped = htf.grouped_allreduce([x, x * 2], op=htf.Sum)
+        named = htf.allreduce(x, op=htf.Sum, name="tt.tf.named")
+        return total, again, gathered, grouped[1], named
+
+    x = tf.fill([2], float(r + 1))
+    total = float(n * (n + 1) // 2)
+    for _ in range(2):
+        a, b, g, g2, c = step(x)
+        assert a.numpy().tolist() == b.numpy().tolist() == c.numpy().tolist() == [total, total]
+        assert g.numpy().tolist() == [float(i + 1) for i in range(n) for _ in range(2)]
+        assert g2.numpy().tolist() == [2 * total] * 2
+    assert htf.allreduce(x, op=htf.Sum).numpy().tolist() == [total, total]
 
 
 def workload(r, n):
@@ -67,6 +118,10 @@ def main():
         hvd.start_timeline(path2, mark_cycles=False)
         chk.check("op in the second timeline",
                   lambda: wait(hvd.allreduce_async(np.ones(3, np.float32), name="tl.second"), 60, "tl.second"))
+    elif mode == "torch":
+        chk.check("torch verbs", lambda: torch_workload(r, n))
+    elif mode == "tensorflow":
+        chk.check("tensorflow verbs", lambda: tensorflow_workload(r, n))
     elif mode == "midflight":
         def midflight():
             handle = None

@@ -18,6 +18,8 @@ Families:
   local      PartialDistributedGradientTape / register_local_source, keras PartialDistributedOptimizer /
              register_local_var, BroadcastGlobalVariablesCallback(local_variables=...),
              callbacks.BestModelCheckpoint.
+  dropin     issue 35: size_op of a process set, horovod.common.util's names, DistributedGradientTape
+             and Keras DistributedOptimizer with a set this rank is not in, float alltoall splits.
 """
 import os
 import pickle
@@ -312,8 +314,91 @@ def family_local():
     chk.check("callbacks.BestModelCheckpoint", best_model_checkpoint)
 
 
+# ---------------------------------------------------------------- drop-in gaps (issue 35)
+
+def family_dropin():
+    first = hvd.add_process_set(list(range(S - 1)))  # every rank but the last
+    inside = R < S - 1
+
+    def set_ops():
+        # Horovod's size_op counts the set's ranks, also on a rank outside it; -3 for an unknown id.
+        assert int(hvd.size_op()) == S
+        assert int(hvd.size_op(process_set_id=first.process_set_id)) == S - 1
+        assert int(tf.function(lambda: hvd.size_op(first.process_set_id))()) == S - 1
+        assert int(hvd.size_op(99)) == -3
+        assert int(hvd.process_set_included_op(first.process_set_id)) == int(inside)
+        # rank_op, local_size_op and local_rank_op take no set: job-wide values, as Horovod's
+        assert (int(hvd.rank_op()), int(hvd.local_rank_op()), int(hvd.local_size_op())) == \
+            (R, hvd.local_rank(), hvd.local_size())
+    chk.check("size_op / process_set_included_op of a process set on every rank", set_ops)
+
+    def common_names():
+        assert hvd.gpu_available("tensorflow") is bool(tf.config.list_physical_devices("GPU"))
+        assert hvd.gpu_available("mxnet") is False
+        assert collectives.tensorflow.mpi_ops.gpu_available is hvd.gpu_available
+        assert hvd.split_list(list(range(5)), 3) == [[0, 1], [2, 3], [4]]
+        assert hvd_keras.is_version_greater_equal_than(tf.__version__, "2.0.0")
+        assert not hvd_keras.is_version_greater_equal_than("2.9.1", "2.11.0")
+        raises(ValueError, lambda: hvd_keras.is_version_greater_equal_than("2.9", "2.11"), "major.minor.patch")
+    chk.check("horovod.common.util's names: gpu_available, split_list, is_version_greater_equal_than", common_names)
+
+    xs = [rank_input(30, r, (4, 3), np.float32) for r in range(S)]
+
+    def grads_of(model, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        return tape, loss
+
+    def expected(model):
+        """Set members average over the set; the rank outside keeps its own gradients."""
+        every = []
+        for x in xs:
+            tape, loss = grads_of(model, x)
+            every.append([g.numpy() for g in tape.gradient(loss, model.trainable_variables)])
+        if not inside:
+            return every[R]
+        return [np.mean([every[r][i] for r in first.ranks], axis=0) for i in range(len(every[R]))]
+
+    def tape_outside_set():
+        model = two_layer_model(3)
+        tape, loss = grads_of(model, tf.constant(xs[R]))
+        got = hvd.DistributedGradientTape(tape, process_set=first).gradient(loss, model.trainable_variables)
+        for g, want in zip(got, expected(model)):
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
+    chk.check("DistributedGradientTape of a set: members average, the rank outside keeps its own", tape_outside_set)
+
+    def keras_optimizer_per_set():
+        for face in (hvd, hvd_keras):
+            model = two_layer_model(4)
+            want = [v.numpy() - 0.1 * g for v, g in zip(model.trainable_variables, expected(model))]
+            opt = face.DistributedOptimizer(keras.optimizers.SGD(0.1), process_set=first)
+            tape, loss = grads_of(model, tf.constant(xs[R]))
+            opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            for v, w in zip(model.trainable_variables, want):
+                np.testing.assert_allclose(v.numpy(), w, rtol=1e-5, atol=1e-6)
+    chk.check("Keras DistributedOptimizer of a set on every rank", keras_optimizer_per_set)
+    chk.check("remove the set", lambda: hvd.remove_process_set(first))
+
+    def float_splits():
+        # Horovod refuses non-integer splits whatever their values; here on every rank, and when
+        # only the last rank passes them, the others get the mismatch naming it, nobody waits.
+        x = tf.ones([2 * S, 2])
+        for label, bad in (("all", True), ("last", R == S - 1)):
+            splits = tf.fill([S], 2.0) if bad else tf.fill([S], 2)
+            name = f"dropin.splits.{label}"
+            if bad:
+                e = raises(ValueError, lambda: hvd.alltoall(x, splits=splits, name=name), "integers")
+                assert isinstance(e, tf.errors.InvalidArgumentError) and "float32" in str(e), e
+            else:
+                e = raises(tf.errors.FailedPreconditionError, lambda: hvd.alltoall(x, splits=splits, name=name))
+                assert f"rank {S - 1}" in str(e) and "integers" in str(e), e
+        assert hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="dropin.after").numpy().tolist() == [S, S]
+    chk.check("alltoall with float splits: a typed error on every rank", float_splits)
+
+
 FAMILIES = {"names": family_names, "rsgrad": family_rsgrad, "uint16": family_uint16, "slices": family_slices,
-            "errors": family_errors, "iterations": family_iterations, "local": family_local}
+            "errors": family_errors, "iterations": family_iterations, "local": family_local,
+            "dropin": family_dropin}
 
 
 def main():

@@ -457,6 +457,29 @@ def family_sets():
         assert_params_close(model, ref, 1e-5, 1e-6, f"set {members} vs one process")
     chk.check("DistributedOptimizer in a process set", optimizer_in_set)
 
+    def optimizer_per_set():
+        # Every rank builds one optimizer per set, as Horovod allows (issue 35 item 2): a member
+        # averages over its set; a rank outside the set steps on its own gradients alone.
+        micro = 4
+        for ps in (even, odd):
+            inside, n = R in ps.ranks, len(ps.ranks)
+            model, ref = mlp(seed=20), mlp(seed=20)
+            opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), process_set=ps)
+            ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+            for step in range(2):
+                x, y = batch(90 + step, n * micro)
+                mine = slice(ps.ranks.index(R) * micro, (ps.ranks.index(R) + 1) * micro) if inside else slice(0, micro)
+                ref_opt.zero_grad()
+                (loss_fn(ref, x, y) if inside else loss_fn(ref, x[mine], y[mine])).backward()
+                ref_opt.step()
+                opt.zero_grad()
+                loss_fn(model, x[mine], y[mine]).backward()
+                opt.step()
+            what = f"set {ps.ranks}, rank {R} {'inside' if inside else 'outside'}"
+            assert_params_close(model, ref, 1e-5, 1e-6, what)
+    chk.check("one DistributedOptimizer per set on every rank", optimizer_per_set)
+
     def autograd_in_set():
         x = torch.full((3,), float(R + 1), requires_grad=True)
         y = ct.allreduce(x, op=ct.Sum, name="set.ar", process_set=mine)
