@@ -11,9 +11,11 @@ tf_keras would). It combines the gradients over the ranks (one hop, one grouped 
 * ``get_gradients`` (legacy; graph-mode Keras and TF1-style code);
 * ``apply_gradients``, for custom loops that compute the gradients with their own tape.
 
-Gradients that ``compute_gradients`` has just reduced are recognised by identity when they
-reach ``apply_gradients`` (``minimize`` passes them straight on), so they are not reduced twice;
-any other gradients (a custom loop's, or ones the caller changed) are reduced there.
+Gradients that a hook has just reduced are not reduced again when ``apply_gradients`` gets them
+for the same variables: ``minimize`` passes them straight on, and tf_keras' LossScaleOptimizer
+passes them on unscaled (new tensors, so the check is by the variables, not the gradients: with
+``op=Sum`` a second reduction would multiply them by the number of ranks). Gradients a custom
+loop computed with its own tape are reduced there.
 
 ``backward_passes_per_step=N``: the gradient hooks return local gradients, and
 ``apply_gradients`` adds them to local accumulators and every N-th call reduces them and
@@ -32,7 +34,7 @@ class _Runtime:
 
     def __init__(self, reducer):
         self.reducer = reducer
-        self.just_reduced = None  # the gradients the last gradient hook returned reduced
+        self.just_reduced = None  # the variables whose gradients the last gradient hook reduced
         self.accumulators = {}    # variable.ref() -> local sum, for backward_passes_per_step > 1
         self.counter = None
 
@@ -63,7 +65,7 @@ class Keras2DistributedOptimizer(CollectivesOptimizer):
     def _collectives_reduce(self, grads, variables):
         runtime = self._collectives_runtime()
         reduced = runtime.reducer.reduce(list(grads), list(variables))
-        runtime.just_reduced = list(reduced)
+        runtime.just_reduced = list(variables)
         return reduced
 
     def _collectives_reduce_pairs(self, grads_and_vars):
@@ -91,10 +93,10 @@ class Keras2DistributedOptimizer(CollectivesOptimizer):
             return grads
         return self._collectives_reduce(grads, params)
 
-    def _collectives_already_reduced(self, grads):
+    def _collectives_already_reduced(self, variables):
         runtime = self._collectives_runtime()
         done, runtime.just_reduced = runtime.just_reduced, None
-        return done is not None and len(done) == len(grads) and all(a is b for a, b in zip(done, grads))
+        return done is not None and len(done) == len(variables) and all(a is b for a, b in zip(done, variables))
 
     @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
@@ -102,7 +104,7 @@ class Keras2DistributedOptimizer(CollectivesOptimizer):
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         if self._collectives_accumulating():
             return self._collectives_accumulate_or_apply(grads, variables, args, kwargs)
-        if not self._collectives_already_reduced(grads):
+        if not self._collectives_already_reduced(variables):
             grads = self._collectives_reduce(grads, variables)
             self._collectives_runtime().just_reduced = None
         return super().apply_gradients(list(zip(grads, variables)), *args, **kwargs)

@@ -333,6 +333,18 @@ def family_callbacks(light=False):
                 assert "LossScale" in type(model.optimizer).__name__, type(model.optimizer)
                 assert int(model.optimizer.iterations) == 2
                 assert_same_on_all_ranks(model.get_weights(), "mixed_float16")
+            # Sum with lr / size takes Average's steps: the unscaled gradients that the loss-scale
+            # optimizer passes to apply_gradients must not be reduced a second time (that would
+            # multiply a Sum by the number of ranks).
+            x, y = data(2 * MICRO, seed=60 + R)
+            weights = {}
+            for op, lr in ((hvd.Average, 0.1), (hvd.Sum, 0.1 / S)):
+                model = mlp()
+                model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.SGD(lr), op=op), loss="mse")
+                model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0, shuffle=False)
+                weights[op] = model.get_weights()
+            assert_weights_close(weights[hvd.Sum], weights[hvd.Average], rtol=2e-3, atol=2e-4,
+                                 what="mixed_float16 Sum (lr / size) against Average")
         finally:
             tfk.mixed_precision.set_global_policy("float32")
 
