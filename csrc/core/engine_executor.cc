@@ -1,0 +1,142 @@
+// The engine's side of execution (executor.h): handing each cycle's responses to the executor
+// with what it needs of the engine's state, completing the handles of what it ran (and of the
+// allreduce the negotiation carried: negotiator.h), the control operations (join, process sets),
+// which change the engine's own tables and the negotiator's, and the submission of tensors in
+// GPU memory on the caller's thread.
+#include "core/engine.h"
+#include "gpu/gpu_loader.h"
+
+namespace collectives {
+
+void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
+  if (responses.empty()) return;
+  const ExecutionContext ctx{sets_, negotiator_.pending(), negotiator_.cache(), timeline_, watchdog_, *this,
+                             negotiator_.joined(), negotiator_.join_mode(), config_.fusion_threshold, gpu_device_};
+  executor_.Execute(responses, cache_bits, ctx);
+}
+
+void Engine::Finish(Pending& p, Result&& result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (p.handle != 0) {
+      in_flight_.erase(p.request.name);
+    } else {  // an error submission (Engine::AnnounceLocked)
+      auto it = announced_.find(p.request.name);
+      if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
+    }
+  }
+  if (timeline_.active()) timeline_.End(p.request.name);  // closes the <OP> phase
+  if (stages_on_ && p.handle != 0) stages_.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
+  CompleteHandle(p.handle, std::move(result));
+}
+
+void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(name);  // only now may the name be submitted again
+  }
+  if (timeline_.active()) {
+    timeline_.End(name);  // NCCL_<OP>
+    timeline_.End(name);  // <OP>
+  }
+  CompleteHandle(handle, std::move(result));
+}
+
+Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) {
+  switch (r.op) {
+    case OpType::JOIN:
+      negotiator_.EndJoin();
+      result->value = r.root;
+      return Status::Ok();
+    case OpType::PROCESS_SET_ADD: {
+      std::vector<int> ranks(r.split_matrix.begin(), r.split_matrix.end());
+      // Every rank runs the same checks on the same table, so they agree on the outcome.
+      for (const auto& kv : sets_)
+        if (kv.second.ranks == ranks)
+          return Status::Error(StatusCode::INVALID_ARGUMENT, "a process set with ranks " + ShapeString(r.split_matrix) +
+                                                                 " already exists (id " + std::to_string(kv.first) + ")");
+      ProcessSet ps;
+      ps.id = next_set_id_++;
+      ps.ranks = ranks;
+      ps.set_rank = ps.IndexOf(job_.rank);
+      // Collective over the whole job: every rank executes this response at this point.
+      if (watchdog_.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
+            return MPI_Comm_split(job_.comm, ps.includes_me() ? 0 : MPI_UNDEFINED, job_.rank, &ps.comm);
+          }) != MPI_SUCCESS)
+        return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
+      if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
+      negotiator_.AddProcessSet(ps.id, ranks);  // rank 0's coordinator learns its members
+      watchdog_.AddSet(ps.id, ranks);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_ranks_[ps.id] = ranks;
+      }
+      result->value = ps.id;
+      sets_.emplace(ps.id, std::move(ps));
+      return Status::Ok();
+    }
+    case OpType::PROCESS_SET_REMOVE: {
+      const int32_t id = r.root;
+      auto it = sets_.find(id);
+      if (id == 0 || it == sets_.end())
+        return Status::Error(StatusCode::INVALID_ARGUMENT,
+                             id == 0 ? "the global process set cannot be removed"
+                                     : "process set " + std::to_string(id) + " does not exist");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_ranks_.erase(id);
+      }
+      // Its cached responses go on every rank alike; its waiting requests fail; the coordinator
+      // forgets it.
+      negotiator_.RemoveProcessSet(id, orphans);
+      executor_.ReleaseSet(id);  // its NCCL communicator goes once its GPU work is done
+      if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
+      sets_.erase(it);
+      watchdog_.RemoveSet(id);
+      return Status::Ok();
+    }
+    default:
+      return Status::Error(StatusCode::INTERNAL, "not a control operation");
+  }
+}
+
+Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device) {
+  Request& q = s.request;
+  const std::string where = " (tensor '" + q.name + "')";
+  if (!gpu::Libraries::Get().available())
+    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "tensor '" + q.name +
+                                                           "' is in GPU memory, but collectives cannot use GPUs here: " +
+                                                           gpu::Libraries::Get().problem());
+  if (!IsDataOp(q.op) || q.op == OpType::BARRIER)
+    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " takes no GPU tensor" + where);
+  gpu::Runtime& rt = gpu::Runtime::Get();
+  int dev = q.device;
+  const void* any = s.input ? s.input : s.output;
+  if (any) {
+    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(any), q.device, &dev);
+    if (!st.ok()) return Status::Error(st.code, st.message + where);
+  }
+  if (s.output && s.input && s.output != s.input) {
+    int out_dev = dev;
+    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(s.output), dev, &out_dev);
+    if (!st.ok()) return Status::Error(st.code, "output: " + st.message + where);
+  }
+  if (dev < 0 && !any) dev = gpu_device_;  // empty arrays own no memory: this process's GPU
+  if (dev < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot tell which GPU holds the tensor" + where);
+  // One GPU per process, as in Horovod (each rank binds to its local_rank()'s GPU): the
+  // communicators are per process set, and a rank's tensors must all use the same device.
+  int expected = -1;
+  if (!gpu_device_.compare_exchange_strong(expected, dev) && expected != dev)
+    return Status::Error(StatusCode::INVALID_ARGUMENT,
+                         "collectives uses one GPU per process: this process uses GPU " + std::to_string(expected) +
+                             ", but the tensor is on GPU " + std::to_string(dev) +
+                             " (bind each rank to one device, e.g. torch.cuda.set_device(local_rank()))" + where);
+  rt.SetProcessDevice(dev);
+  Status st = rt.RecordEvent(dev, s.stream, ready);
+  if (!st.ok()) return Status::Error(st.code, st.message + where);
+  *device = dev;
+  q.device = 0;  // what ranks negotiate is "GPU memory"; each one uses its own GPU
+  return Status::Ok();
+}
+
+}  // namespace collectives
