@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "gpu/gpu_loader.h"
+#include "execution/device_submission.h"
 #include "common/log.h"
 #include "shm/shared_segment.h"
 #include "common/thread_name.h"
@@ -180,8 +180,7 @@ Status Engine::Setup(MPI_Comm comm) {
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
-  gpu::Libraries::Get().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  executor_.InitDevice();
+  executor_.InitDevice(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
   executor_.OnGpuIdle([this] {
     if (gpu_hold_.exchange(false)) bell_.RingOwn();
   });
@@ -300,7 +299,8 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
       ready.resize(subs.size());
       devices.assign(subs.size(), -1);
     }
-    Status st = PrepareDeviceSubmission(subs[k], &ready[k], &devices[k]);
+    Submission& s = subs[k];
+    Status st = PrepareDeviceSubmission(s.request, s.input, s.output, s.stream, gpu_device_, &ready[k], &devices[k]);
     if (!st.ok()) {
       std::vector<Request> reqs;
       for (const Submission& sub : subs) reqs.push_back(sub.request);

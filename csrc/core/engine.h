@@ -34,7 +34,6 @@
 #include "common/buffer_pool.h"
 #include "shm/doorbell.h"
 #include "execution/executor.h"
-#include "gpu/gpu_runtime.h"
 #include "operation/handle_table.h"
 #include "backends/mpi/job_layout.h"
 #include "monitor/latency_stages.h"
@@ -231,9 +230,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // Completes a GPU operation's handle (from the completion thread, or at once on failure).
   void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
   Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
-  // Tensors in GPU memory, on the caller's thread at enqueue: their device and the producer's
-  // stream position.
-  Status PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device);
 
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)

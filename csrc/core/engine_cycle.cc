@@ -31,7 +31,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (stages_on_)
     for (Pending& p : fresh) p.picked = now;
 
-  const NegotiationContext ctx{sets_, timeline_, watchdog_, executor_.hierarchy(), *this, stages_on_};
+  const NegotiationContext ctx{sets_, timeline_, watchdog_, executor_, *this, stages_on_};
   Negotiation n;
   const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
   if (n.carried_bit >= 0 && autotune_.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));

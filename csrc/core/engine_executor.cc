@@ -1,10 +1,8 @@
 // The engine's side of execution (executor.h): handing each cycle's responses to the executor
 // with what it needs of the engine's state, completing the handles of what it ran (and of the
 // allreduce the negotiation carried: negotiator.h), the control operations (join, process sets),
-// which change the engine's own tables and the negotiator's, and the submission of tensors in
-// GPU memory on the caller's thread.
+// which change the engine's own tables and the negotiator's.
 #include "core/engine.h"
-#include "gpu/gpu_loader.h"
 
 namespace collectives {
 
@@ -98,45 +96,6 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
     default:
       return Status::Error(StatusCode::INTERNAL, "not a control operation");
   }
-}
-
-Status Engine::PrepareDeviceSubmission(Submission& s, gpu::EventPtr* ready, int32_t* device) {
-  Request& q = s.request;
-  const std::string where = " (tensor '" + q.name + "')";
-  if (!gpu::Libraries::Get().available())
-    return Status::Error(StatusCode::UNSUPPORTED_TYPE, "tensor '" + q.name +
-                                                           "' is in GPU memory, but collectives cannot use GPUs here: " +
-                                                           gpu::Libraries::Get().problem());
-  if (!IsDataOp(q.op) || q.op == OpType::BARRIER)
-    return Status::Error(StatusCode::INVALID_ARGUMENT, std::string(OpTypeName(q.op)) + " takes no GPU tensor" + where);
-  gpu::Runtime& rt = gpu::Runtime::Get();
-  int dev = q.device;
-  const void* any = s.input ? s.input : s.output;
-  if (any) {
-    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(any), q.device, &dev);
-    if (!st.ok()) return Status::Error(st.code, st.message + where);
-  }
-  if (s.output && s.input && s.output != s.input) {
-    int out_dev = dev;
-    Status st = rt.ResolveDevice(reinterpret_cast<uintptr_t>(s.output), dev, &out_dev);
-    if (!st.ok()) return Status::Error(st.code, "output: " + st.message + where);
-  }
-  if (dev < 0 && !any) dev = gpu_device_;  // empty arrays own no memory: this process's GPU
-  if (dev < 0) return Status::Error(StatusCode::INVALID_ARGUMENT, "cannot tell which GPU holds the tensor" + where);
-  // One GPU per process, as in Horovod (each rank binds to its local_rank()'s GPU): the
-  // communicators are per process set, and a rank's tensors must all use the same device.
-  int expected = -1;
-  if (!gpu_device_.compare_exchange_strong(expected, dev) && expected != dev)
-    return Status::Error(StatusCode::INVALID_ARGUMENT,
-                         "collectives uses one GPU per process: this process uses GPU " + std::to_string(expected) +
-                             ", but the tensor is on GPU " + std::to_string(dev) +
-                             " (bind each rank to one device, e.g. torch.cuda.set_device(local_rank()))" + where);
-  rt.SetProcessDevice(dev);
-  Status st = rt.RecordEvent(dev, s.stream, ready);
-  if (!st.ok()) return Status::Error(st.code, st.message + where);
-  *device = dev;
-  q.device = 0;  // what ranks negotiate is "GPU memory"; each one uses its own GPU
-  return Status::Ok();
 }
 
 }  // namespace collectives

@@ -1,6 +1,6 @@
 // Tensors in GPU memory: the execution of their negotiated responses on the NCCL backend
-// (their submission, on the caller's thread, is Engine::PrepareDeviceSubmission in
-// engine_executor.cc), or, for the few reductions NCCL cannot do
+// (their submission, on the caller's thread, is PrepareDeviceSubmission in
+// device_submission.cc), or, for the few reductions NCCL cannot do
 // (int16, scaled Min/Max/Product, scaled integers), staged through host memory and MPI with
 // the host path's own arithmetic. Handles complete from the backend's completion thread once
 // the GPU has finished.

@@ -11,6 +11,7 @@
 #include "algorithms/adasum.h"
 #include "host_math/buffer_math.h"
 #include "common/log.h"
+#include "gpu/gpu_loader.h"
 
 namespace collectives {
 namespace {
@@ -100,7 +101,11 @@ Status Executor::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const Execu
   return cma_.Init(comm, config_.local_size, config_.cma_allreduce);
 }
 
-void Executor::InitDevice() { nccl_.reset(new NcclBackend()); }
+void Executor::InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
+                          const std::string& nccl_problem) {
+  gpu::Libraries::Get().Load(cuda_driver_library, nccl_library, nccl_problem);
+  nccl_.reset(new NcclBackend());
+}
 
 void Executor::ShutdownDevice(const Status& why) {
   if (nccl_) nccl_->Shutdown(why);
@@ -167,15 +172,7 @@ int64_t Executor::MaxFusedBytes(const Response& r, int64_t fusion_threshold) con
 }
 
 void Executor::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
-  // Average divides by the set's size, joined ranks included (they contributed zeros).
-  if (r.reduce_op == ReduceOp::AVERAGE) {
-    if (IsFloat(r.dtype)) {
-      ScaleBuffer(buf, n, r.dtype, r.postscale / ps.size());
-      return;
-    }
-    DivideIntegers(buf, n, r.dtype, ps.size());
-  }
-  ScaleBuffer(buf, n, r.dtype, r.postscale);
+  ScaleReduced(buf, n, r.dtype, r.reduce_op, r.postscale, ps.size());
 }
 
 Status Executor::Allreduce(const ProcessSet& ps, const Response& r, const void* input, void* output, int64_t n,

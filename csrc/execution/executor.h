@@ -27,6 +27,7 @@
 #include "backends/nccl/nccl_backend.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
+#include "negotiation/negotiator.h"
 #include "negotiation/response_cache.h"
 #include "algorithms/shm_allreduce.h"
 #include "common/status.h"
@@ -83,14 +84,16 @@ struct ExecutorConfig {
   double stall_shutdown_s = 1800.0;  // ...and aborted after this (0: never)
 };
 
-class Executor {
+class Executor final : public AllreduceRouting {
  public:
   // The host backends and algorithms, on the engine's communicators (collective over `comm`).
   // `step`: what setup waits for, for the init timeout's message.
   Status Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const ExecutorConfig& config,
               std::atomic<const char*>* step);
-  // The NCCL backend (after the GPU libraries are loaded); its stream starts at the first GPU tensor.
-  void InitDevice();
+  // Loads the GPU libraries that Python found (collectives/gpu_libs.py; `nccl_problem`: why NCCL
+  // was not) and makes the NCCL backend, whose stream starts at the first GPU tensor.
+  void InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
+                  const std::string& nccl_problem);
   // GPU work launched and not finished yet; `idle` runs (on the completion thread) whenever the
   // last of it finishes.
   bool GpuBusy() const { return nccl_ && nccl_->Busy(); }
@@ -108,8 +111,10 @@ class Executor {
   // A removed process set's NCCL communicator goes once its GPU work is done.
   void ReleaseSet(int32_t process_set);
 
-  // The scaling after a reduction (Average's division, the postscale).
-  static void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
+  // Whether the hierarchical allreduce takes an allreduce of the whole job (negotiator.h).
+  bool RunsOwnAlgorithm(DataType dtype, ReduceOp op, int64_t elements) const override {
+    return hierarchy_.UseForAllreduce(0, elements);
+  }
 
   // The hierarchical algorithms and whether each call uses them.
   const Hierarchy& hierarchy() const { return hierarchy_; }
@@ -133,6 +138,8 @@ class Executor {
   std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses, int64_t fusion_threshold) const;
   int64_t MaxFusedBytes(const Response& r, int64_t fusion_threshold) const;
   void* FusionBuffer(int64_t bytes);
+  // The scaling after a reduction (Average's division, the postscale).
+  static void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
 
   // device_executor.cc: tensors in GPU memory, on the NCCL backend.
   void ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,

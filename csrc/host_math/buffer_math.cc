@@ -63,4 +63,15 @@ void DivideIntegers(void* buf, int64_t n, DataType t, int64_t d) {
   }
 }
 
+void ScaleReduced(void* buf, int64_t n, DataType dtype, ReduceOp op, double postscale, int set_size) {
+  if (op == ReduceOp::AVERAGE) {
+    if (IsFloat(dtype)) {
+      ScaleBuffer(buf, n, dtype, postscale / set_size);
+      return;
+    }
+    DivideIntegers(buf, n, dtype, set_size);
+  }
+  ScaleBuffer(buf, n, dtype, postscale);
+}
+
 }  // namespace collectives

@@ -9,11 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
 #include "operation/message.h"
 
 namespace collectives {
-
-using Clock = std::chrono::steady_clock;
 
 class Coordinator {
  public:

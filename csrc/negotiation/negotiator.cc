@@ -13,7 +13,6 @@
 #include <unordered_set>
 
 #include "host_math/buffer_math.h"
-#include "execution/executor.h"
 #include "common/log.h"
 #include "backends/mpi/mpi_wait.h"
 
@@ -359,7 +358,7 @@ Pending* Negotiator::FusedCandidate(const NegotiationContext& ctx) {
         !p.output)
       continue;
     const int64_t n = NumElements(q.shape);
-    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || ctx.hierarchy.UseForAllreduce(0, n)) continue;
+    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || ctx.routing.RunsOwnAlgorithm(q.dtype, q.reduce_op, n)) continue;
     if (!best || p.cache_bit < best->cache_bit) best = &p;  // the lowest bit: ranks tend to pick alike
   }
   return best;
@@ -402,7 +401,7 @@ int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<
 void Negotiator::FinishFused(const NegotiationContext& ctx, Pending* p, int bit) {
   const Response& r = cache_->Get(bit);
   fused_.ReduceInto(p->output);
-  Executor::PostReduce(ctx.sets.at(0), r, p->output, NumElements(r.shape));
+  ScaleReduced(p->output, NumElements(r.shape), r.dtype, r.reduce_op, r.postscale, ctx.sets.at(0).size());
   const std::string name = p->request.name;
   ctx.engine.Finish(*p, Result());
   pending_.erase(name);

@@ -29,7 +29,6 @@
 #include "negotiation/coordinator.h"
 #include "negotiation/fused_negotiation.h"
 #include "operation/handle_table.h"
-#include "algorithms/hierarchical.h"
 #include "operation/message.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
@@ -50,12 +49,23 @@ class NegotiationListener {
   ~NegotiationListener() = default;
 };
 
+// Whether an allreduce of the whole job goes to a host algorithm that the job asked for by name (the
+// hierarchical one): such an allreduce does not ride along the negotiation, which would reduce it
+// otherwise. The executor answers (executor.h); the answer is the same on every rank.
+class AllreduceRouting {
+ public:
+  virtual bool RunsOwnAlgorithm(DataType dtype, ReduceOp op, int64_t elements) const = 0;
+
+ protected:
+  ~AllreduceRouting() = default;
+};
+
 // What one cycle's negotiation uses of the engine's state (the engine's cycle_mu_ held).
 struct NegotiationContext {
   const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
   Timeline& timeline;
   Watchdog& watchdog;          // times the blocking backend calls
-  const Hierarchy& hierarchy;  // an allreduce the hierarchical algorithm takes does not ride along
+  const AllreduceRouting& routing;  // an allreduce that runs its own algorithm does not ride along
   NegotiationListener& engine;
   bool stages;  // per-stage timing is on (latency_stages.h): negotiated_at() is kept
 };

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
-#include "gpu/gpu_runtime.h"
 #include "common/status.h"
 
 namespace collectives {
+namespace gpu {
+class DeviceBuffer;  // gpu/gpu_runtime.h: the engine's core holds GPU state only by pointer
+}  // namespace gpu
 
 // A finished operation as seen from Python.
 struct Result {

@@ -3,12 +3,15 @@
 // (executor.h) all hold it.
 #pragma once
 #include <cstdint>
+#include <memory>
 
-#include "negotiation/coordinator.h"
-#include "gpu/gpu_runtime.h"
+#include "common/clock.h"
 #include "operation/message.h"
 
 namespace collectives {
+namespace gpu {
+class Event;  // gpu/gpu_runtime.h: the engine's core holds GPU state only by pointer
+}  // namespace gpu
 
 struct Pending {
   Request request;
@@ -21,7 +24,7 @@ struct Pending {
   bool reported = false;    // sent to the coordinator
   bool stall_flagged = false;
   int32_t gpu_device = -1;  // the local GPU (request.device only says "GPU": ranks use different ones)
-  gpu::EventPtr ready;      // recorded on the producer's stream at enqueue
+  std::shared_ptr<gpu::Event> ready;  // recorded on the producer's stream at enqueue
 };
 
 }  // namespace collectives
