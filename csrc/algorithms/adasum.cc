@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "common/buffer_pool.h"
@@ -188,6 +189,14 @@ Status AdasumAllreduce(MPI_Comm comm, void* buf, const std::vector<int64_t>& seg
     case DataType::FLOAT64: return Reduce<PlainElem<double>>(comm, rank, size, static_cast<double*>(buf), segments);
     default: return Status::Error(StatusCode::INTERNAL, std::string("Adasum cannot reduce ") + DataTypeName(dtype));
   }
+}
+
+Status Adasum::Run(const HostAllreduce& c) {
+  const AllreduceFacts& f = c.facts;
+  if (c.input != c.output) std::memcpy(c.output, c.input, static_cast<size_t>(f.bytes()));
+  Status st = AdasumAllreduce(c.comm, c.output, c.segments ? *c.segments : std::vector<int64_t>{f.count}, f.dtype);
+  if (st.ok()) c.scale(c.output, f.count);
+  return st;
 }
 
 }  // namespace collectives

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algorithms/host_algorithm.h"
 #include "operation/message.h"
 #include "common/status.h"
 #include "common/types.h"
@@ -32,5 +33,15 @@ Status ValidateAdasum(const Request& q, int set_size);
 // {count}); each tensor is combined with its own dot products and norms. Every rank of `comm`
 // must call it with the same segments and dtype.
 Status AdasumAllreduce(MPI_Comm comm, void* buf, const std::vector<int64_t>& segments, DataType dtype);
+
+// Adasum in the executor's list (host_algorithm.h): first, taking every allreduce with op=Adasum
+// (enqueue checked the rest), in place, each fused tensor on its own; scaled after the call.
+class Adasum final : public HostAllreduceAlgorithm {
+ public:
+  const char* name() const override { return "Adasum"; }
+  bool Available() const override { return true; }
+  bool Applies(const AllreduceFacts& f) const override { return f.op == ReduceOp::ADASUM; }
+  Status Run(const HostAllreduce& call) override;
+};
 
 }  // namespace collectives

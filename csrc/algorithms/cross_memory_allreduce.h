@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/host_algorithm.h"
 #include "backends/mpi/mpi_backend.h"
 #include "shm/shared_word.h"
 #include "common/status.h"
@@ -45,7 +46,7 @@
 
 namespace collectives {
 
-class CrossMemoryAllreduce {
+class CrossMemoryAllreduce final : public HostAllreduceAlgorithm {
  public:
   // The smallest allreduce taken; smaller ones go through the shared-memory slots
   // (shm_allreduce.h) or ride in the negotiation.
@@ -75,6 +76,14 @@ class CrossMemoryAllreduce {
   using PostReduceFn = std::function<void(void* chunk, int64_t count)>;
   Status Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
                    const PostReduceFn& post = nullptr);
+
+  // In the executor's list (host_algorithm.h); scaled chunk by chunk, by the rank computing it.
+  const char* name() const override { return "cross-memory attach"; }
+  bool Available() const override { return active(); }
+  bool Applies(const AllreduceFacts& f) const override { return UseFor(f.process_set, f.bytes()); }
+  Status Run(const HostAllreduce& call) override {
+    return Allreduce(call.mpi, call.input, call.output, call.facts.count, call.facts.dtype, call.facts.op, call.scale);
+  }
 
  private:
   struct alignas(128) Published {  // per rank: what it offers for the current call

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/host_algorithm.h"
 #include "common/buffer_pool.h"
 #include "backends/mpi/mpi_backend.h"
 #include "common/status.h"
@@ -77,6 +78,35 @@ class Hierarchy {
   static constexpr int kInFlight = 3;
   std::unique_ptr<HostBuffer> shards_[kInFlight];
   std::unique_ptr<HostBuffer> staging_;    // the allgather's blocks in host order, when they need reordering
+};
+
+// The hierarchical allreduce in the executor's list (host_algorithm.h): present when the job's
+// layout allows it, taking calls while its knob is on; scaled once per element, by the rank owning
+// its shard. The job asked for it by name, so what it takes stays off the negotiation.
+class HierarchicalAllreduce final : public HostAllreduceAlgorithm {
+ public:
+  explicit HierarchicalAllreduce(Hierarchy& hierarchy) : hierarchy_(hierarchy) {}
+  const char* name() const override { return "hierarchical"; }
+  bool Available() const override { return hierarchy_.allreduce_blocker().empty(); }
+  bool Applies(const AllreduceFacts& f) const override { return hierarchy_.UseForAllreduce(f.process_set, f.count); }
+  Status Run(const HostAllreduce& c) override {
+    return hierarchy_.Allreduce(c.mpi, c.input, c.output, c.facts.count, c.facts.dtype, c.facts.op, c.scale);
+  }
+  bool KeepsOffNegotiation() const override { return true; }
+
+ private:
+  Hierarchy& hierarchy_;
+};
+
+// The hierarchical allgather in the executor's list, ahead of MPI's.
+class HierarchicalAllgather final : public HostAllgatherAlgorithm {
+ public:
+  explicit HierarchicalAllgather(Hierarchy& hierarchy) : hierarchy_(hierarchy) {}
+  bool Applies(int32_t process_set) const override { return hierarchy_.UseForAllgather(process_set); }
+  Status Run(const HostAllgather& c) override { return hierarchy_.Allgatherv(c.mpi, c.send, c.recv, c.counts); }
+
+ private:
+  Hierarchy& hierarchy_;
 };
 
 }  // namespace collectives

@@ -60,6 +60,12 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
   return Status::Ok();
 }
 
+Status ShmAllreduce::Run(const HostAllreduce& c) {
+  Status st = Allreduce(c.mpi, c.input, c.output, c.facts.count, c.facts.dtype, c.facts.op);
+  if (st.ok()) c.scale(c.output, c.facts.count);
+  return st;
+}
+
 void ShmAllreduce::Release() {
   if (base_ != nullptr) munmap(base_, bytes_);
   base_ = nullptr;

@@ -32,13 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/host_algorithm.h"
 #include "backends/mpi/mpi_backend.h"
 #include "common/status.h"
 #include "common/types.h"
 
 namespace collectives {
 
-class ShmAllreduce {
+class ShmAllreduce final : public HostAllreduceAlgorithm {
  public:
   // Bytes of a piece: two slots per rank stay in a core's L2 cache on the machines measured.
   static constexpr int64_t kSlotBytes = 512 * 1024;
@@ -67,6 +68,12 @@ class ShmAllreduce {
   // in == out for in place. Returns INTERNAL when a rank of the host exited while this one
   // waited for it.
   Status Allreduce(const MpiBackend& backend, const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
+
+  // In the executor's list (host_algorithm.h); scaled after the call.
+  const char* name() const override { return "shared memory"; }
+  bool Available() const override { return active(); }
+  bool Applies(const AllreduceFacts& f) const override { return UseFor(f.process_set, f.bytes()); }
+  Status Run(const HostAllreduce& call) override;
 
  private:
   char* Slot(int rank, uint64_t piece) const {

@@ -8,7 +8,6 @@
 
 #include <cstring>
 
-#include "algorithms/adasum.h"
 #include "host_math/buffer_math.h"
 #include "common/log.h"
 #include "gpu/gpu_loader.h"
@@ -92,13 +91,13 @@ Status Executor::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const Execu
   config_ = config;
   Status st = backend_.Init();
   if (!st.ok()) return st;
-  st = hierarchy_.Init(comm, local, cross, config_.hierarchical_allreduce, config_.hierarchical_allgather);
-  if (!st.ok()) return st;
-  *step = "the shared-memory allreduce's segment (needs every rank)";
-  st = shm_.Init(comm, config_.local_size, config_.shm_allreduce);
-  if (!st.ok()) return st;
-  *step = "the cross-memory allreduce's segment and probe (needs every rank)";
-  return cma_.Init(comm, config_.local_size, config_.cma_allreduce);
+  HostAlgorithmSettings settings;
+  settings.local_size = config_.local_size;
+  settings.hierarchical_allreduce = config_.hierarchical_allreduce;
+  settings.hierarchical_allgather = config_.hierarchical_allgather;
+  settings.shm_allreduce = config_.shm_allreduce;
+  settings.cma_allreduce = config_.cma_allreduce;
+  return algorithms_.Init(comm, local, cross, settings, step);
 }
 
 void Executor::InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
@@ -115,9 +114,7 @@ void Executor::ShutdownDevice(const Status& why) {
 void Executor::Release() {
   backend_.Finalize();
   fusion_.reset();
-  hierarchy_.Release();
-  shm_.Release();
-  cma_.Release();
+  algorithms_.Release();
 }
 
 void Executor::ReleaseSet(int32_t process_set) {
@@ -182,23 +179,10 @@ Status Executor::Allreduce(const ProcessSet& ps, const Response& r, const void* 
     ScaledCopy(output, input, n, r.dtype, r.prescale);
     input = output;
   }
-  if (r.reduce_op == ReduceOp::ADASUM) {  // csrc/adasum.h: in place, each fused tensor on its own
-    if (input != output) std::memcpy(output, input, static_cast<size_t>(n * DataTypeSize(r.dtype)));
-    Status st = AdasumAllreduce(ps.comm, output, segments ? *segments : std::vector<int64_t>{n}, r.dtype);
-    if (st.ok()) PostReduce(ps, r, output, n);
-    return st;
-  }
-  if (hierarchy_.UseForAllreduce(ps.id, n))  // scaled once per element, by the rank owning its shard
-    return hierarchy_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op,
-                                [&](void* shard, int64_t k) { PostReduce(ps, r, shard, k); });
-  const int64_t bytes = n * DataTypeSize(r.dtype);
-  if (cma_.UseFor(ps.id, bytes))  // scaled chunk by chunk, by the rank computing it
-    return cma_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op,
-                          [&](void* chunk, int64_t k) { PostReduce(ps, r, chunk, k); });
-  Status st = shm_.UseFor(ps.id, bytes) ? shm_.Allreduce(backend_, input, output, n, r.dtype, r.reduce_op)
-                                        : backend_.Allreduce(ps.comm, input, output, n, r.dtype, r.reduce_op);
-  if (st.ok()) PostReduce(ps, r, output, n);
-  return st;
+  // The first host algorithm that takes it (host_algorithms.h); each scales where it suits it.
+  const AllreduceFacts facts{ps.id, n, r.dtype, r.reduce_op};
+  const ScaleReducedFn scale = [&](void* data, int64_t k) { PostReduce(ps, r, data, k); };
+  return algorithms_.ForAllreduce(facts).Run({facts, backend_, ps.comm, input, output, segments, scale});
 }
 
 Status Executor::ExecuteJoinedAllreduce(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r) {
@@ -294,9 +278,8 @@ Status Executor::ExecuteOne(const ExecutionContext& ctx, const ProcessSet& ps, c
       result->output = std::make_shared<HostBuffer>(rows * row_bytes);
       result->output_shape = q.shape;
       result->output_shape[0] = rows;
-      st = hierarchy_.UseForAllgather(ps.id)
-               ? hierarchy_.Allgatherv(backend_, p.input, result->output->data(), counts)
-               : backend_.Allgatherv(ps.comm, p.input, n * esize, result->output->data(), counts, Prefix(counts));
+      st = algorithms_.ForAllgather(ps.id).Run({ps.id, backend_, ps.comm, p.input, n * esize, result->output->data(),
+                                                counts});
       break;
     }
     case OpType::ALLTOALL: {

@@ -19,17 +19,15 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
-#include "algorithms/cross_memory_allreduce.h"
 #include "operation/handle_table.h"
-#include "algorithms/hierarchical.h"
 #include "operation/message.h"
 #include "backends/mpi/mpi_backend.h"
 #include "backends/nccl/nccl_backend.h"
+#include "execution/host_algorithms.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
 #include "negotiation/negotiator.h"
 #include "negotiation/response_cache.h"
-#include "algorithms/shm_allreduce.h"
 #include "common/status.h"
 #include "monitor/timeline.h"
 #include "monitor/watchdog.h"
@@ -111,17 +109,18 @@ class Executor final : public AllreduceRouting {
   // A removed process set's NCCL communicator goes once its GPU work is done.
   void ReleaseSet(int32_t process_set);
 
-  // Whether the hierarchical allreduce takes an allreduce of the whole job (negotiator.h).
+  // Whether the algorithm that takes an allreduce of the whole job keeps it off the negotiation
+  // (negotiator.h): the hierarchical one.
   bool RunsOwnAlgorithm(DataType dtype, ReduceOp op, int64_t elements) const override {
-    return hierarchy_.UseForAllreduce(0, elements);
+    return algorithms_.ForAllreduce({0, elements, dtype, op}).KeepsOffNegotiation();
   }
 
   // The hierarchical algorithms and whether each call uses them.
-  const Hierarchy& hierarchy() const { return hierarchy_; }
+  const Hierarchy& hierarchy() const { return algorithms_.hierarchy(); }
   // Turns them on or off from the next operation on (Engine::SetHierarchical).
   void SetHierarchical(bool allreduce, bool allgather) {
-    hierarchy_.allreduce_enabled = allreduce;
-    hierarchy_.allgather_enabled = allgather;
+    algorithms_.hierarchy().allreduce_enabled = allreduce;
+    algorithms_.hierarchy().allgather_enabled = allgather;
   }
 
  private:
@@ -152,9 +151,7 @@ class Executor final : public AllreduceRouting {
 
   ExecutorConfig config_;
   MpiBackend backend_;
-  Hierarchy hierarchy_;  // the hierarchical algorithms and whether each call uses them
-  ShmAllreduce shm_;     // allreduces through shared memory when the job is on one host
-  CrossMemoryAllreduce cma_;  // the larger ones, by cross-memory attach, on one host too
+  HostAlgorithms algorithms_;  // which host algorithm runs each allreduce and allgather
   std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
   std::unique_ptr<HostBuffer> fusion_;
 };
