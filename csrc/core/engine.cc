@@ -204,7 +204,7 @@ Status Engine::Setup(MPI_Comm comm) {
   st = negotiator_.Init(job_.comm, negotiation, &setup_step_);
   if (!st.ok()) return st;
   if (job_.rank == 0 && !config_.timeline_path.empty()) {
-    st = timeline_.Start(config_.timeline_path, config_.timeline_mark_cycles);
+    st = monitors_.timeline.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
   }
   st = StartWatchdog();
@@ -232,7 +232,7 @@ void Engine::Teardown() {
   if (mpi_failed) {
     RecordStop(nullptr);
   } else {
-    const bool exchanged = watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
+    const bool exchanged = monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
       return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, job_.comm);
     }) == MPI_SUCCESS;
     RecordStop(exchanged ? &everyone : nullptr);
@@ -245,8 +245,8 @@ void Engine::Teardown() {
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
   executor_.ShutdownDevice(stopped_status_);
-  timeline_.Stop();
-  if (mpi_failed) watchdog_.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
+  monitors_.timeline.Stop();
+  if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
   wake_messages_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
@@ -258,14 +258,14 @@ void Engine::Teardown() {
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.
   SetBufferPoolLimit(0);
-  watchdog_.Stop();
-  if (stages_on_)
+  monitors_.watchdog.Stop();
+  if (monitors_.stages_on)
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 stages_.Summary(job_.rank).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
+                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
                  static_cast<unsigned long long>(negotiator_.fused_discarded()),
-                 static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(inline_cycles_),
+                 static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(monitors_.inline_cycles),
                  negotiator_.transport(), static_cast<unsigned long long>(negotiator_.resizes()));
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
@@ -434,9 +434,9 @@ void Engine::FailAll(const Status& status) {
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
   if (job_.rank != 0) return Status::Ok();  // rank 0 writes the timeline for everyone
-  return timeline_.Start(path, mark_cycles);
+  return monitors_.timeline.Start(path, mark_cycles);
 }
 
-void Engine::StopTimeline() { timeline_.Stop(); }
+void Engine::StopTimeline() { monitors_.timeline.Stop(); }
 
 }  // namespace collectives

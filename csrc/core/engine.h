@@ -30,22 +30,20 @@
 #include <unordered_set>
 #include <vector>
 
-#include "monitor/autotune.h"
 #include "common/buffer_pool.h"
+#include "core/agreed_layouts.h"
+#include "monitor/monitors.h"
 #include "shm/doorbell.h"
 #include "execution/executor.h"
 #include "operation/handle_table.h"
 #include "backends/mpi/job_layout.h"
-#include "monitor/latency_stages.h"
 #include "operation/message.h"
 #include "negotiation/negotiator.h"
 #include "operation/pending.h"
 #include "common/process_id.h"
 #include "operation/process_set.h"
 #include "common/status.h"
-#include "monitor/timeline.h"
 #include "core/wake_messages.h"
-#include "monitor/watchdog.h"
 
 namespace collectives {
 
@@ -124,20 +122,15 @@ class Engine final : private ExecutionListener, private NegotiationListener {
     return mpi_owner_pid_ == CurrentPid() && !any_abandoned_ && !peer_never_finalizes_;
   }
 
-  int rank() const { return job_.rank; }
-  int size() const { return job_.size; }
-  int local_rank() const { return job_.local_rank; }
-  int local_size() const { return job_.local_size; }
-  int cross_rank() const { return job_.cross_rank; }
-  int cross_size() const { return job_.cross_size; }
-  bool homogeneous() const { return job_.homogeneous; }
+  // This rank's places in the job: rank, size, local and cross ones (job_layout.h).
+  const JobLayout& job() const { return job_; }
   int mpi_thread_level() const { return thread_level_; }
   // Turns the hierarchical algorithms (hierarchical.h) on or off from the next operation on. Every
   // rank must make the same change at the same point of its sequence of operations, with none in
   // flight (e.g. right after a barrier), or ranks would run different algorithms and never meet.
   void SetHierarchical(bool allreduce, bool allgather) { executor_.SetHierarchical(allreduce, allgather); }
   // The autotuner's parameters in force and whether it is still tuning (any thread).
-  AutotuneState autotune_state() const { return autotune_.state(); }
+  AutotuneState autotune_state() const { return monitors_.autotune.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
   int64_t gpu_allreduce_launches() const { return executor_.GpuAllreduceLaunches(); }
@@ -162,17 +155,8 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
-  // Gradient layouts that every rank of a process set was found to share (layout_check.h), so
-  // that each is checked once per engine: a new engine (init() after shutdown(), on every rank)
-  // checks again. Any thread.
-  bool LayoutAgreed(const std::string& key) {
-    std::lock_guard<std::mutex> lock(layouts_mu_);
-    return agreed_layouts_.count(key) > 0;
-  }
-  void MarkLayoutAgreed(const std::string& key) {
-    std::lock_guard<std::mutex> lock(layouts_mu_);
-    agreed_layouts_.insert(key);
-  }
+  // Gradient layouts found alike on every rank of a set, checked once per engine (agreed_layouts.h).
+  AgreedLayouts& agreed_layouts() { return agreed_layouts_; }
 
  private:
   // engine.cc
@@ -246,7 +230,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   std::atomic<const char*> setup_step_{""};
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).
   Executor executor_;
-  Autotuner autotune_;   // engine thread, but for state()
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -284,8 +267,8 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   int64_t next_handle_ = 1;
 
   HandleTable handles_;
-  // Times the engine thread's blocking backend calls (the negotiator, the executor, Teardown).
-  Watchdog watchdog_;
+  // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
+  Monitors monitors_;
 
   // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
   // result while the engine thread is idle (engine_inline.cc). The cycle state below is theirs.
@@ -309,14 +292,8 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   static constexpr int kQuietDoublings = 5;
   Clock::time_point last_cycle_start_;
   WakeMessages wake_messages_;  // to and from peers on other hosts (engine_wake.cc)
-  Timeline timeline_;
-  // Per-stage timing of operations, only under COLLECTIVES_LATENCY_STAGES=1 (latency_stages.h).
-  const bool stages_on_ = LatencyStages::Enabled();
-  LatencyStages stages_;
-  uint64_t inline_cycles_ = 0;  // cycles run by waiting callers (for the stage report)
 
-  std::mutex layouts_mu_;
-  std::unordered_set<std::string> agreed_layouts_;  // LayoutAgreed
+  AgreedLayouts agreed_layouts_;
 };
 
 }  // namespace collectives

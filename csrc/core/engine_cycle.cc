@@ -27,14 +27,14 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   }
   last_cycle_start_ = now;
   gpu_hold_.store(false);  // whatever was held goes into this cycle
-  timeline_.MarkCycle();
-  if (stages_on_)
+  monitors_.timeline.MarkCycle();
+  if (monitors_.stages_on)
     for (Pending& p : fresh) p.picked = now;
 
-  const NegotiationContext ctx{sets_, timeline_, watchdog_, executor_, *this, stages_on_};
+  const NegotiationContext ctx{sets_, monitors_.timeline, monitors_.watchdog, executor_, *this, monitors_.stages_on};
   Negotiation n;
   const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
-  if (n.carried_bit >= 0 && autotune_.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));
+  if (n.carried_bit >= 0 && monitors_.autotune.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));
   if (!st.ok()) {
     if (n.failed_first) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -50,7 +50,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   }
 
   ExecuteAll(n.responses, n.cache_bits);
-  if (autotune_.tuning() && !AutotuneAfterCycle(n.responses, now)) return false;
+  if (monitors_.autotune.tuning() && !AutotuneAfterCycle(n.responses, now)) return false;
   negotiator_.EndCycle(n);
   *active = n.active;
 

@@ -8,7 +8,7 @@ namespace collectives {
 
 void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
   if (responses.empty()) return;
-  const ExecutionContext ctx{sets_, negotiator_.pending(), negotiator_.cache(), timeline_, watchdog_, *this,
+  const ExecutionContext ctx{sets_, negotiator_.pending(), negotiator_.cache(), monitors_.timeline, monitors_.watchdog, *this,
                              negotiator_.joined(), negotiator_.join_mode(), config_.fusion_threshold, gpu_device_};
   executor_.Execute(responses, cache_bits, ctx);
 }
@@ -23,8 +23,8 @@ void Engine::Finish(Pending& p, Result&& result) {
       if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
     }
   }
-  if (timeline_.active()) timeline_.End(p.request.name);  // closes the <OP> phase
-  if (stages_on_ && p.handle != 0) stages_.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
+  if (monitors_.timeline.active()) monitors_.timeline.End(p.request.name);  // closes the <OP> phase
+  if (monitors_.stages_on && p.handle != 0) monitors_.stages.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
   CompleteHandle(p.handle, std::move(result));
 }
 
@@ -33,9 +33,9 @@ void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& resu
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_.erase(name);  // only now may the name be submitted again
   }
-  if (timeline_.active()) {
-    timeline_.End(name);  // NCCL_<OP>
-    timeline_.End(name);  // <OP>
+  if (monitors_.timeline.active()) {
+    monitors_.timeline.End(name);  // NCCL_<OP>
+    monitors_.timeline.End(name);  // <OP>
   }
   CompleteHandle(handle, std::move(result));
 }
@@ -58,13 +58,13 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
       ps.ranks = ranks;
       ps.set_rank = ps.IndexOf(job_.rank);
       // Collective over the whole job: every rank executes this response at this point.
-      if (watchdog_.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
+      if (monitors_.watchdog.Watch(BackendCall::PROCESS_SET_SPLIT, 0, [&] {
             return MPI_Comm_split(job_.comm, ps.includes_me() ? 0 : MPI_UNDEFINED, job_.rank, &ps.comm);
           }) != MPI_SUCCESS)
         return Status::Error(StatusCode::INTERNAL, "MPI_Comm_split for a new process set failed");
       if (ps.comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(ps.comm, MPI_ERRORS_RETURN);
       negotiator_.AddProcessSet(ps.id, ranks);  // rank 0's coordinator learns its members
-      watchdog_.AddSet(ps.id, ranks);
+      monitors_.watchdog.AddSet(ps.id, ranks);
       {
         std::lock_guard<std::mutex> lock(mu_);
         set_ranks_[ps.id] = ranks;
@@ -90,7 +90,7 @@ Status Engine::ExecuteControl(const Response& r, Result* result, std::vector<std
       executor_.ReleaseSet(id);  // its NCCL communicator goes once its GPU work is done
       if (it->second.comm != MPI_COMM_NULL) MPI_Comm_free(&it->second.comm);
       sets_.erase(it);
-      watchdog_.RemoveSet(id);
+      monitors_.watchdog.RemoveSet(id);
       return Status::Ok();
     }
     default:

@@ -30,7 +30,7 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout,
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     done = handles_.Wait(handle, first && spin_, std::max(left, std::chrono::milliseconds(0)));
   }
-  if (done && stages_on_) stages_.RecordWaitReturned();
+  if (done && monitors_.stages_on) monitors_.stages.RecordWaitReturned();
   return done;
 }
 
@@ -48,7 +48,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
     bool declined = false;
     const bool go_on = RunCycle(&active_, &declined);
     if (declined) break;  // GPU work: the engine thread's
-    ++inline_cycles_;
+    ++monitors_.inline_cycles;
     caller_ran_last_ = true;
     if (!go_on) cycles_over_ = true;  // the engine thread tears down
   }

@@ -19,8 +19,8 @@ Status Engine::StartWatchdog() {
   std::vector<std::string> hosts;
   Status st = MpiBackend::HostNames(job_.comm, &hosts);
   if (!st.ok()) return st;
-  watchdog_.AddSet(0, sets_.at(0).ranks);
-  watchdog_.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
+  monitors_.watchdog.AddSet(0, sets_.at(0).ranks);
+  monitors_.watchdog.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
                   [this](const std::string& message) { OnBackendStall(message); });
   return Status::Ok();
 }

@@ -110,9 +110,9 @@ std::string LayoutMismatchMessage(const std::string& name, const std::vector<int
 Status CheckLayout(Engine* e, const std::string& name, const std::string& record, int32_t process_set,
                    const LayoutWait& wait) {
   const std::string key = std::to_string(process_set) + '\n' + name + '\n' + record;
-  if (e->LayoutAgreed(key)) return Status::Ok();
+  if (e->agreed_layouts().Contains(key)) return Status::Ok();
 
-  const int64_t mine[3] = {e->rank(), static_cast<int64_t>(Fnv1a(record)), static_cast<int64_t>(record.size())};
+  const int64_t mine[3] = {e->job().rank, static_cast<int64_t>(Fnv1a(record)), static_cast<int64_t>(record.size())};
   Result heads;
   Status st = Gather(e, name, process_set, DataType::INT64, 1, 3, mine, wait, &heads);
   if (!st.ok()) return st;
@@ -123,7 +123,7 @@ Status CheckLayout(Engine* e, const std::string& name, const std::string& record
   bool agree = true;
   for (int64_t k = 0; k < n; ++k) agree = agree && all[3 * k + 1] == mine[1] && all[3 * k + 2] == mine[2];
   if (agree) {
-    e->MarkLayoutAgreed(key);
+    e->agreed_layouts().Add(key);
     return Status::Ok();
   }
 

@@ -13,7 +13,7 @@
 //
 // Cost: one allgather at the first use of a layout (24 bytes per rank: its rank, hash and length;
 // a second one of the records only where they differ); afterwards a lookup in the engine's set of agreed
-// layouts (Engine::LayoutAgreed), no collective. The set belongs to the engine, so it is the same
+// layouts (core/agreed_layouts.h), no collective. The set belongs to the engine, so it is the same
 // on every rank: a layout agreed everywhere is never checked again by any rank (a retrace, a new
 // kernel or a new hop on one rank only does not check alone), and a new engine checks again.
 #pragma once
