@@ -335,7 +335,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   std::unordered_set<std::string> batch;  // names of this submission (filled only for several)
   for (const Submission& s : subs) {
     const std::string& name = s.request.name;
-    if (in_flight_.count(name) || (subs.size() > 1 && !batch.insert(name).second))
+    if (queue_.InFlight(name) || (subs.size() > 1 && !batch.insert(name).second))
       return Status::Error(StatusCode::DUPLICATE_NAME,
                            "a collective named '" + name + "' is already in flight; names must be unique until the "
                            "operation completes (submitted: " + JoinNames(subs) + ")");
@@ -350,18 +350,16 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
       p.gpu_device = devices[k];
       p.ready = std::move(ready[k]);
     }
-    p.handle = next_handle_++;
     p.enqueued = now;
-    in_flight_.insert(p.request.name);
-    handles_.Add(p.handle);
-    handles->push_back(p.handle);
-    incoming_.push_back(std::move(p));
+    const int64_t handle = queue_.Add(std::move(p));
+    handles_.Add(handle);
+    handles->push_back(handle);
   }
   submissions_.fetch_add(1);
   // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
   // engine thread then.
   if (caller_waits && CallerMayRunCycles())
-    claimed_ += subs.size();
+    queue_.Claim(subs.size());
   else
     bell_.RingOwn();
   return Status::Ok();
@@ -395,17 +393,15 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
     // A name already in flight here is this rank's own earlier request, which goes on; an
     // unknown operation cannot match anything the other ranks submit.
     if (q.name.empty() || !IsValidOpType(static_cast<int32_t>(q.op)) || q.op == OpType::JOIN ||
-        in_flight_.count(q.name))
+        queue_.InFlight(q.name))
       continue;
     if (!IsValidDataType(static_cast<int32_t>(q.dtype))) q.dtype = DataType::UINT8;
     if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op))) q.reduce_op = ReduceOp::SUM;
     Pending p;
     p.request = std::move(q);
     p.request.failure = reason.empty() ? "invalid input" : reason;
-    p.handle = 0;  // nobody waits for it: the caller already has its exception
     p.enqueued = now;
-    ++announced_[p.request.name];
-    incoming_.push_back(std::move(p));
+    queue_.AddAnnounced(std::move(p));  // no handle: the caller already has its exception
     any = true;
   }
   if (!any) return;
@@ -419,11 +415,9 @@ void Engine::FailAll(const Status& status) {
   std::vector<Pending> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    waiting.swap(incoming_);
-    claimed_ = 0;
+    queue_.TakeAll(&waiting);
     negotiator_.TakeAll(&waiting);  // the negotiated entries, then those held behind their name
-    in_flight_.clear();
-    announced_.clear();
+    queue_.ForgetNames();
   }
   for (Pending& p : waiting) {
     Result r;

@@ -5,10 +5,11 @@
 //
 // The engine thread's work is split between objects of its own, each with a narrow interface:
 // a Negotiator decides what runs in each cycle (negotiator.h), an Executor runs it on the
-// backends (executor.h), and a Watchdog times the blocking backend calls (watchdog.h). Where
-// this rank sits in the job is a JobLayout (job_layout.h), and the wake messages to other hosts
-// are WakeMessages (wake_messages.h). The engine keeps what ties them together: the submission
-// queue and handles, the process sets, the timeline, the waking between cycles, and the stop.
+// backends (executor.h), and the Monitors (monitors.h: timeline, watchdog, autotuner, stage
+// timing) watch them. Where this rank sits in the job is a JobLayout (job_layout.h), the
+// submissions not yet taken are a SubmissionQueue (submission_queue.h), and the wake messages to
+// other hosts are WakeMessages (wake_messages.h). The engine keeps what ties them together: the
+// handles, the process sets, the waking between cycles, and the stop.
 //
 // Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
 // peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
@@ -32,6 +33,7 @@
 
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
+#include "core/submission_queue.h"
 #include "monitor/monitors.h"
 #include "shm/doorbell.h"
 #include "execution/executor.h"
@@ -245,17 +247,8 @@ class Engine final : private ExecutionListener, private NegotiationListener {
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
-  std::vector<Pending> incoming_;
-  std::vector<Pending> fresh_;  // a cycle's share of incoming_ (engine_cycle.cc); under cycle_mu_
-  // How many of incoming_'s last entries a waiting caller will run the cycle for: the engine
-  // thread does not start a cycle for them (it would win the race to the cycle). Zero again once
-  // the caller runs the cycle, cannot (Wait), or a cycle takes them.
-  size_t claimed_ = 0;
-  std::unordered_set<std::string> in_flight_;
-  // Names of this rank's error submissions not yet resolved (a count: the same bad call may be
-  // repeated). They do not block the name for the caller: a new request under it waits in the
-  // negotiator (Negotiator::held_) until the error submission has been negotiated.
-  std::unordered_map<std::string, int> announced_;
+  SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
+  std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under cycle_mu_
   // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
   std::unordered_map<int32_t, std::vector<int>> set_ranks_;
   bool shutdown_requested_ = false;
@@ -264,7 +257,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   bool setup_done_ = false;       // the engine thread is past Setup and will run
   StopInfo stop_info_;            // set when the engine thread ends
   Status stopped_status_;  // why the engine stopped, for requests made afterwards
-  int64_t next_handle_ = 1;
 
   HandleTable handles_;
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).

@@ -16,13 +16,12 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A caller's cycle (engine_inline.cc) runs no GPU work. A GPU submission sets gpu_device_
-    // before it enters incoming_, so checking here, where incoming_ is taken, misses none.
+    // before it enters the queue, so checking here, where the queue is taken, misses none.
     if (declined && gpu_device_ >= 0) {
       *declined = true;
       return true;
     }
-    fresh.swap(incoming_);
-    claimed_ = 0;
+    queue_.TakeAll(&fresh);
     shutdown_local = shutdown_requested_;
   }
   last_cycle_start_ = now;

@@ -16,12 +16,7 @@ void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vecto
 void Engine::Finish(Pending& p, Result&& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (p.handle != 0) {
-      in_flight_.erase(p.request.name);
-    } else {  // an error submission (Engine::AnnounceLocked)
-      auto it = announced_.find(p.request.name);
-      if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
-    }
+    queue_.Release(p);
   }
   if (monitors_.timeline.active()) monitors_.timeline.End(p.request.name);  // closes the <OP> phase
   if (monitors_.stages_on && p.handle != 0) monitors_.stages.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
@@ -31,7 +26,7 @@ void Engine::Finish(Pending& p, Result&& result) {
 void Engine::FinishDevice(int64_t handle, const std::string& name, Result&& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(name);  // only now may the name be submitted again
+    queue_.ReleaseName(name);  // only now may the name be submitted again
   }
   if (monitors_.timeline.active()) {
     monitors_.timeline.End(name);  // NCCL_<OP>

@@ -24,7 +24,7 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout,
     // it for a caller that waits, so do it now.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      claimed_ = 0;
+      queue_.Unclaim();
     }
     bell_.RingOwn();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
@@ -39,7 +39,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
   if (!cycle.owns_lock()) return false;  // the engine thread is in a cycle: it will finish ours
   {
     std::lock_guard<std::mutex> lock(mu_);
-    claimed_ = 0;  // ours now: this thread's WaitForCycle sees them as local work
+    queue_.Unclaim();  // ours now: this thread's WaitForCycle sees them as local work
   }
   SetWaitAbort(&abort_inline_);
   while (!cycles_over_ && !abort_inline_ && !handles_.Poll(handle) && Clock::now() < until) {
@@ -58,7 +58,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
   bool left = cycles_over_ || negotiator_.has_work() || gpu_device_ >= 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    left = left || incoming_.size() > claimed_;
+    left = left || queue_.HasUnclaimed();
   }
   cycle.unlock();
   if (left) bell_.RingOwn();

@@ -37,14 +37,14 @@ void Engine::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point
     {
       std::lock_guard<std::mutex> lock(mu_);
       Clock::time_point held_until;
-      if (shutdown_requested_ || (incoming_.size() > claimed_ && !HoldForGpuFusion(Clock::now(), &held_until))) {
+      if (shutdown_requested_ || (queue_.HasUnclaimed() && !HoldForGpuFusion(Clock::now(), &held_until))) {
         gpu_hold_.store(false);
         start_others = true;
         break;
       }
       // Held: the periodic cycles wait too (one would take the held work with it). A peer's
       // cycle still starts ours (PeerStarted), and the GPU going idle rings (engine.cc).
-      if (incoming_.size() > claimed_) deadline = held_until;
+      if (queue_.HasUnclaimed()) deadline = held_until;
     }
     if (PeerStarted()) {
       // A peer started the cycle; our own submission is often microseconds behind. Give it
@@ -111,16 +111,9 @@ bool Engine::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
   // Host work, and GPU work that finds the GPU idle (a lone allreduce, a synchronous loop),
   // starts at once, and so does a fusion buffer's worth: it is as fused as it gets.
   if (!config_.gpu_fusion_wait || !executor_.GpuBusy()) return false;
-  Clock::time_point oldest = Clock::time_point::max();
-  int64_t bytes = 0;
-  for (size_t i = claimed_; i < incoming_.size(); ++i) {
-    const Request& q = incoming_[i].request;
-    if (incoming_[i].gpu_device < 0) return false;
-    oldest = std::min(oldest, incoming_[i].enqueued);
-    bytes += NumElements(q.shape) * DataTypeSize(q.dtype);
-  }
-  if (bytes >= config_.fusion_threshold) return false;
-  const Clock::time_point release = oldest + Milliseconds(config_.gpu_fusion_wait_ms);
+  const SubmissionQueue::Unclaimed waiting = queue_.DescribeUnclaimed();
+  if (!waiting.all_gpu || waiting.bytes >= config_.fusion_threshold) return false;
+  const Clock::time_point release = waiting.oldest + Milliseconds(config_.gpu_fusion_wait_ms);
   if (now >= release) return false;
   gpu_hold_.store(true);
   // The GPU may have finished between the first look and the flag, whose ring would be missed.
