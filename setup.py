@@ -15,6 +15,8 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def find_mpicc():
     explicit = os.environ.get("COLLECTIVES_MPICC")
@@ -56,7 +58,7 @@ def mpi_flags(mpicc):
 
 
 def build_ptx(build_temp):
-    """csrc/gpu_kernels.cu as PTX text in a header (gpu_kernels_ptx.inc) when a CUDA compiler is
+    """csrc/gpu/gpu_kernels.cu as PTX text in a header (gpu_kernels_ptx.inc) when a CUDA compiler is
     here ($COLLECTIVES_NVCC, else nvcc on PATH or in /usr/local/cuda; "none": skip). The engine
     loads it through the driver at run time, so the built extension needs no CUDA toolkit;
     without it the engine copies with cuMemcpyDtoDAsync. Returns the header's directory or None."""
@@ -64,7 +66,6 @@ def build_ptx(build_temp):
     if nvcc == "none" or not os.path.exists(nvcc) and not shutil.which(nvcc):
         print("collectives: no nvcc, building without the batched copy kernel")
         return None
-    here = os.path.dirname(os.path.abspath(__file__))
     out_dir = os.path.join(build_temp, "generated")
     os.makedirs(out_dir, exist_ok=True)
     ptx = os.path.join(out_dir, "gpu_kernels.ptx")
@@ -72,8 +73,8 @@ def build_ptx(build_temp):
         # The oldest virtual architecture this nvcc knows: the driver compiles PTX for newer GPUs.
         archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60).stdout.split()
         arch = next((a for a in archs if a.startswith("compute_")), "compute_75")
-        subprocess.run([nvcc, "-ptx", f"-arch={arch}", "-O3", "-I" + os.path.join(here, "csrc"),
-                        os.path.join(here, "csrc", "gpu_kernels.cu"), "-o", ptx],
+        subprocess.run([nvcc, "-ptx", f"-arch={arch}", "-O3", "-I" + os.path.join(HERE, "csrc"),
+                        os.path.join(HERE, "csrc", "gpu", "gpu_kernels.cu"), "-o", ptx],
                        check=True, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as e:
         print(f"collectives: nvcc failed ({e}), building without the batched copy kernel")
@@ -135,74 +136,28 @@ class BuildEngine(build_ext):
         super().build_extensions()
 
 
-SOURCES = [
-    "process_exit.cc",
-    "adasum.cc",
-    "allreduce_now.cc",
-    "autotune.cc",
-    "bindings.cc",
-    "buffer_pool.cc",
-    "buffer_math.cc",
-    "coordinator.cc",
-    "device_executor.cc",
-    "dlpack_export.cc",
-    "doorbell.cc",
-    "engine.cc",
-    "job_layout.cc",
-    "wake_messages.cc",
-    "engine_wake.cc",
-    "engine_autotune.cc",
-    "engine_cycle.cc",
-    "engine_executor.cc",
-    "engine_inline.cc",
-    "engine_slot.cc",
-    "engine_stop.cc",
-    "engine_watchdog.cc",
-    "executor.cc",
-    "fused_negotiation.cc",
-    "shm_allreduce.cc",
-    "cross_memory_allreduce.cc",
-    "shared_word.cc",
-    "shared_exchange.cc",
-    "shared_segment.cc",
-    "gpu_kernels.cc",
-    "gpu_loader.cc",
-    "gpu_runtime.cc",
-    "half_math.cc",
-    "handle_table.cc",
-    "hierarchical.cc",
-    "layout_check.cc",
-    "local_reduce.cc",
-    "log.cc",
-    "message.cc",
-    "mpi_backend.cc",
-    "mpi_wait.cc",
-    "nccl_backend.cc",
-    "nccl_completion.cc",
-    "negotiator.cc",
-    "rank_agreement.cc",
-    "response_cache.cc",
-    "timeline.cc",
-    "tensorflow_c_api.cc",
-    "tensorflow_kernels.cc",
-    "types.cc",
-    "validation.cc",
-    "wait_policy.cc",
-    "watchdog.cc",
-]
+def engine_files(*suffixes):
+    """The engine's files ending in one of `suffixes`, in every folder under csrc/ (the folders:
+    docs/architecture-csrc.md), relative to this file and sorted: a new file needs no edit here.
+    gpu/gpu_kernels.cu is no C++ source: build_ptx compiles it to PTX."""
+    found = []
+    for root, _, names in os.walk(os.path.join(HERE, "csrc")):
+        found += [os.path.relpath(os.path.join(root, n), HERE) for n in names if n.endswith(suffixes)]
+    return sorted(found)
+
 
 engine = Extension(
     "collectives._engine",
-    sources=[os.path.join("csrc", s) for s in SOURCES],
-    depends=[os.path.join("csrc", h) for h in os.listdir("csrc") if h.endswith((".h", ".cu", ".map"))],
+    sources=engine_files(".cc"),
+    depends=engine_files(".h", ".cu", ".map"),
+    include_dirs=["csrc"],  # includes name their path from csrc/: #include "negotiation/negotiator.h"
     language="c++",
-    libraries=["dl"],  # the CUDA driver and NCCL are dlopen'ed at run time (csrc/gpu_loader.cc)
+    libraries=["dl"],  # the CUDA driver and NCCL are dlopen'ed at run time (csrc/gpu/gpu_loader.cc)
     # -g0: Python's own flags carry -g, which makes the build about a third slower and the
     # extension 17 times larger (bindings.cc: 40 s and 17 MB against 25 s and 0.9 MB on a 2-core VM).
     extra_compile_args=["-std=c++17", "-O3", "-g0", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
-    # Exports PyInit__engine alone (csrc/engine_exports.map says why).
-    extra_link_args=["-Wl,--version-script=" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc",
-                                                            "engine_exports.map")],
+    # Exports PyInit__engine alone (csrc/python/engine_exports.map says why).
+    extra_link_args=["-Wl,--version-script=" + os.path.join(HERE, "csrc", "python", "engine_exports.map")],
 )
 
 setup(

@@ -3,7 +3,7 @@ float16 and bfloat16, Sum and Average, in interleaved rounds (medians of the slo
 
     mpirun -np 2 python benchmarks/half_precision_bench.py [--elements N] [--rounds R]
 
-float16/bfloat16 are reduced in float by MPI user operations (csrc/half_math.cc: F16C or AVX2
+float16/bfloat16 are reduced in float by MPI user operations (csrc/host_math/half_math.cc: F16C or AVX2
 vector code when the CPU has it, chosen at run time); they move half the bytes of float32.
 """
 import argparse

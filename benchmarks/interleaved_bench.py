@@ -9,7 +9,7 @@ median of the per-round ratios (ours / mpi4py). A repetition's time is the slowe
 every repetition starts after a barrier (as benchmarks/allreduce_bench.py).
 
 ``--stages`` (with ``COLLECTIVES_LATENCY_STAGES=1`` in the environment) also prints the engine's
-per-stage breakdown of the small allreduces (csrc/latency_stages.h).
+per-stage breakdown of the small allreduces (csrc/monitor/latency_stages.h).
 """
 import argparse
 import os

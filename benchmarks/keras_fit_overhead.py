@@ -7,7 +7,7 @@ For each model (an MLP 784-W-W-10 for each width W in --widths), every rank alte
 ``--repeats`` times between these fits from the same initial weights on the same data:
   plain        model.fit with the bare Keras optimizer (no communication at all)
   distributed  model.fit with DistributedOptimizer: the gradients reduced by the engine's own
-               TensorFlow op (csrc/tensorflow_kernels.cc: packed into one flat buffer, reduced
+               TensorFlow op (csrc/tensorflow/tensorflow_kernels.cc: packed into one flat buffer, reduced
                in place by one request, no Python in the step)
   py_function  the same through the tf.py_function hop it falls back to (the path before the op)
   raw in fit   the plain fit with one raw mpi4py Allreduce(IN_PLACE) of the gradient bytes after

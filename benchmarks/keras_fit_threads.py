@@ -8,14 +8,14 @@ waiting for a core, per step.
 
 The fits are those of benchmarks/keras_fit_overhead.py (plain, raw in fit, distributed), one after
 another in each of --repeats rounds. Threads are grouped by name: ``main`` (the Python thread that
-runs the fit), ``coll-engine`` (the engine's, csrc/thread_name.h), ``tf_*`` (TensorFlow's pools),
+runs the fit), ``coll-engine`` (the engine's, csrc/common/thread_name.h), ``tf_*`` (TensorFlow's pools),
 ``python`` (threads started without a name of their own, such as Keras's). Their CPU and
 run-queue times come from /proc/<pid>/task/*/schedstat (nanoseconds, unlike the clock ticks of
 /proc/.../stat, which miss short bursts), per step from the end of step --warmup to the end of the
 fit (no tracing), on rank 0. The time a thread waits in a run queue is what a busy core costs it:
 on a 2-core machine with two ranks, the engine thread waits there behind TensorFlow's threads at
 every hand-off. With COLLECTIVES_LATENCY_STAGES=1 the engine prints at shutdown the means of each
-operation's stages (csrc/latency_stages.h); the first step's wait for the other rank's tracing
+operation's stages (csrc/monitor/latency_stages.h); the first step's wait for the other rank's tracing
 weighs on them.
 """
 import argparse

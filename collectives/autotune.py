@@ -1,7 +1,7 @@
 """What the autotuner (COLLECTIVES_AUTOTUNE, Horovod's HOROVOD_AUTOTUNE) has in force.
 
 Horovod offers no Python call for this; ours is for tests, benchmarks and logs:
-``collectives.autotune.state()``. The search itself runs in the engine (csrc/autotune.h).
+``collectives.autotune.state()``. The search itself runs in the engine (csrc/monitor/autotune.h).
 """
 from . import basics
 

@@ -18,7 +18,7 @@ from . import config, framework_threads
 from ._loader import engine_module
 from .errors import NotInitializedError, ShutdownError, StallTimeoutError, raise_for_status
 
-_TIMEOUT = 7  # csrc/status.h StatusCode::TIMEOUT
+_TIMEOUT = 7  # csrc/common/status.h StatusCode::TIMEOUT
 
 # What every face (collectives, .torch, .tensorflow, .keras) exports from here, with a star
 # import, as Horovod's faces all carry its basics: one list instead of four.

@@ -117,7 +117,7 @@ KNOBS = {
                               "kept for reuse by later outputs of the same size class, which then skip the "
                               "page faults of fresh memory; the least recently released beyond it are "
                               "returned to the system, and shutdown() returns all. 0: keep none."),
-    # Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER; csrc/hierarchical.h says where they
+    # Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER; csrc/algorithms/hierarchical.h says where they
     # fall back to the flat algorithm.
     "hierarchical_allreduce": Knob("HIERARCHICAL_ALLREDUCE", _parse_bool, False,
                                    "Allreduce host tensors within each host, then across hosts among the ranks of "
@@ -127,7 +127,7 @@ KNOBS = {
                                    "Allgather host tensors by gathering within each host, exchanging the hosts' "
                                    "blocks among their first ranks, and broadcasting within the host: 1, true, yes, "
                                    "on or 0, false, no, off."),
-    # Horovod's HOROVOD_AUTOTUNE*; csrc/autotune.h describes the search and the samples.
+    # Horovod's HOROVOD_AUTOTUNE*; csrc/monitor/autotune.h describes the search and the samples.
     "autotune": Knob("AUTOTUNE", _parse_bool, False,
                      "Tune the fusion threshold, the cycle time and (on several hosts with equal ranks per host) "
                      "hierarchical allreduce/allgather during the first steps, then keep the best; knobs set "
@@ -141,32 +141,32 @@ KNOBS = {
                                       "median of 5 scores."),
     "autotune_bayes_opt_max_samples": Knob("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", _positive_int, 20,
                                            "Most scored autotune samples; the best so far is kept after them."),
-    # Accepted for Horovod's job scripts; our search has no Gaussian process (csrc/autotune.h).
+    # Accepted for Horovod's job scripts; our search has no Gaussian process (csrc/monitor/autotune.h).
     "autotune_gaussian_process_noise": Knob("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", _non_negative_float, 0.8,
                                             "Accepted and ignored: the search is coordinate descent, not "
                                             "Bayesian optimisation."),
-    # Ours (csrc/shm_allreduce.h); the HOROVOD_ twin is read too but Horovod has no such knob.
+    # Ours (csrc/algorithms/shm_allreduce.h); the HOROVOD_ twin is read too but Horovod has no such knob.
     "shm_allreduce": Knob("SHM_ALLREDUCE", _parse_bool, True,
                           "When every rank runs on one host, allreduce host tensors of 8 to 512 KiB through "
                           "a segment of shared memory (copy in, each rank reduces its share, copy out) "
                           "instead of MPI: 1, true, yes, on or 0, false, no, off."),
-    # Ours (csrc/cross_memory_allreduce.h).
+    # Ours (csrc/algorithms/cross_memory_allreduce.h).
     "cma_allreduce": Knob("CMA_ALLREDUCE", _parse_bool, True,
                           "When every rank runs on one host, allreduce host tensors above 512 KiB by "
                           "cross-memory attach (process_vm_readv/writev: any rank on a core reduces chunks "
                           "of every rank's tensor and writes the result into each) instead of MPI: 1, true, "
                           "yes, on or 0, false, no, off."),
-    # Ours (csrc/shared_exchange.h).
+    # Ours (csrc/shm/shared_exchange.h).
     "shm_negotiation": Knob("SHM_NEGOTIATION", _parse_bool, True,
                             "When every rank runs on one host, exchange each cycle's negotiation message "
                             "through shared memory instead of an MPI allreduce: 1, true, yes, on or 0, false, "
                             "no, off."),
-    # Ours (csrc/engine_inline.cc).
+    # Ours (csrc/core/engine_inline.cc).
     "caller_cycles": Knob("CALLER_CYCLES", _parse_bool, True,
                           "A thread waiting for its own result (a synchronous verb, synchronize()) runs the "
                           "negotiation cycles itself while the engine thread is idle, saving two thread "
                           "hand-offs per operation; host tensors only: 1, true, yes, on or 0, false, no, off."),
-    # Ours (csrc/engine_wake.cc, HoldForGpuFusion).
+    # Ours (csrc/core/engine_wake.cc, HoldForGpuFusion).
     "gpu_fusion_wait": Knob("GPU_FUSION_WAIT", _parse_bool, True,
                             "GPU work submitted while the GPU still runs earlier collectives waits for them "
                             "(at most COLLECTIVES_GPU_FUSION_WAIT_MS) and is fused with what arrives meanwhile: "
@@ -178,7 +178,7 @@ KNOBS = {
                                "The longest GPU work waits for a busy GPU (milliseconds after the oldest of it "
                                "arrived); it starts sooner when the GPU finishes or a fusion threshold's worth "
                                "is waiting."),
-    # Ours (csrc/tensorflow_kernels.cc).
+    # Ours (csrc/tensorflow/tensorflow_kernels.cc).
     "tensorflow_kernels": Knob("TENSORFLOW_KERNELS", _parse_bool, True,
                                "Inside a tf.function, reduce the gradients of DistributedOptimizer and "
                                "DistributedGradientTape with the engine's own TensorFlow op (registered through "

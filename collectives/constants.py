@@ -1,4 +1,4 @@
-"""Reduction operations and the engine's enumerations (numbering as in csrc/types.h)."""
+"""Reduction operations and the engine's enumerations (numbering as in csrc/common/types.h)."""
 import enum
 import warnings
 

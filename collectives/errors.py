@@ -65,7 +65,7 @@ class InternalError(CollectivesError):
     """A failure inside the engine or the MPI library."""
 
 
-# Status codes of csrc/status.h, in order.
+# Status codes of csrc/common/status.h, in order.
 _BY_CODE = {
     1: InvalidArgumentError,
     2: UnsupportedTypeError,

@@ -129,11 +129,11 @@ def submit(specs, finish, keep_alive):
     return handle
 
 
-_REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/allreduce_now.cc
+_REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/python/allreduce_now.cc
 
 
 def allreduce_now(tensor, name, op, prescale, postscale, inplace):
-    """The synchronous allreduce of a numpy array in one engine call (csrc/allreduce_now.cc):
+    """The synchronous allreduce of a numpy array in one engine call (csrc/python/allreduce_now.cc):
     the output array, or None when the call is not the common case and nothing was submitted
     (the caller then takes the general path with the same name, which also raises when no
     engine runs). Failures raise as in ``run_now``."""
@@ -158,7 +158,7 @@ def run_now(specs, finish, keep_alive):
     """``synchronize(submit(...))`` without the Handle object, for the synchronous verbs. When
     the wait is interrupted (a signal handler raised), the operation still runs in the engine:
     a Handle then keeps its arrays alive, as ``submit`` would have. The engine thread is not
-    woken: this thread's wait runs the cycle itself when it can (csrc/engine_inline.cc)."""
+    woken: this thread's wait runs the cycle itself when it can (csrc/core/engine_inline.cc)."""
     engine, ids = _enqueue(specs, True)
     wait = engine.wait
     outcomes = []

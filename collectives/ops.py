@@ -30,7 +30,7 @@ _ndarray = np.ndarray
 
 def _spec(op, name, arr, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0, process_set=None):
-    # The engine takes pointer and shape from the arrays themselves (see csrc/bindings.cc).
+    # The engine takes pointer and shape from the arrays themselves (see csrc/python/bindings.cc).
     dtype = engine_dtype(arr.dtype) if arr is not None else 0
     return (int(op), name, arr, out, int(dtype), int(reduce_op), arguments.root_rank(root),
             arguments.scale_factor(prescale, "prescale_factor"), arguments.scale_factor(postscale, "postscale_factor"),

@@ -92,7 +92,7 @@ stage_setup() {
   LOG_STAGE=setup
   # Done already on this machine, for these sources: nothing to do.
   local sources
-  sources=$(cat csrc/* setup.py 2>/dev/null | md5sum | cut -c1-16)
+  sources=$( (find csrc -type f | LC_ALL=C sort | xargs cat; cat setup.py) 2>/dev/null | md5sum | cut -c1-16)
   if [ "$(get setup)" = ok ] && [ "$(get sources)" = "$sources" ] && [ -x "$(get python)" ] &&
       (cd /tmp && "$(get python)" -c 'import collectives._engine') 2>/dev/null; then
     PY=$(get python)

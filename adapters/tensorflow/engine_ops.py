@@ -1,4 +1,4 @@
-"""TensorFlow ops that run inside the engine, with no Python per step (csrc/tensorflow_kernels.cc).
+"""TensorFlow ops that run inside the engine, with no Python per step (csrc/tensorflow/tensorflow_kernels.cc).
 
 The engine registers them with the TensorFlow this process loaded, through TensorFlow's stable C
 API, the first time they are wanted; nothing is compiled against TensorFlow. Where that fails (a
@@ -76,7 +76,7 @@ def reduce_gradients(inputs, group_sizes, base_name, op, prescale, postscale, pr
     """The op's outputs: ``inputs`` reduced over the ranks, group by group (``group_sizes``
     consecutive inputs each), under the names ``<base_name>.g<j>`` (see the kernel). Before the
     first reduction of this layout on the engine, the layout check named ``layout_check`` with
-    this rank's record ``layout`` (csrc/layout_check.h; none when empty). Refused in a TF1 graph
+    this rank's record ``layout`` (csrc/frontend/layout_check.h; none when empty). Refused in a TF1 graph
     or an XLA-compiled function, as the py_function hop (hops.py) is."""
     check_not_tf1_graph("reduce_gradients")
     check_not_xla("reduce_gradients")

@@ -3,14 +3,14 @@ and the Keras DistributedOptimizer.
 
 The whole list crosses to the engine in ONE hop: inside a ``tf.function``, dense gradients
 of known shapes (reduced with anything but Adasum) go through the engine's own TensorFlow op
-(engine_ops.py, csrc/tensorflow_kernels.cc), everything else through one ``tf.py_function``
+(engine_ops.py, csrc/tensorflow/tensorflow_kernels.cc), everything else through one ``tf.py_function``
 (hops.py). Either way, each group of dense gradients (one group, or the ``groups`` the user
 asked for) is packed into one flat buffer per dtype and reduced in place as one request
 (gradient_buckets.py), whose views come back to TensorFlow without copies; ``tf.IndexedSlices``
 go as allgathers of their values and indices, as Horovod does (unless ``sparse_as_dense``).
 ``None`` gradients stay ``None`` (every rank must agree on which are ``None``, as in Horovod).
 With ``op=Adasum`` (DistributedGradientTape, as Horovod's tape) the gradients themselves are
-combined with Adasum, each tensor on its own (csrc/adasum.h); sparse gradients are refused.
+combined with Adasum, each tensor on its own (csrc/algorithms/adasum.h); sparse gradients are refused.
 
 Local variables (Horovod's ``register_local_source`` / ``register_local_var``) keep their
 local gradients, divided by the set's size when ``scale_local_gradients`` (Horovod's default:
@@ -64,7 +64,7 @@ class GradientReducer:
     between different gradient lists.
 
     Before the first reduction of a layout, every rank checks that the others reduce the same
-    one, under ``<prefix>.<digest of the count and dtypes>.layout`` (csrc/layout_check.h):
+    one, under ``<prefix>.<digest of the count and dtypes>.layout`` (csrc/frontend/layout_check.h):
     ranks whose shapes differ (the model differs between ranks) would otherwise submit
     different names and wait for each other forever; they raise TensorMismatchError instead
     (``tf.errors.FailedPreconditionError`` from the op or eagerly), naming the first gradient

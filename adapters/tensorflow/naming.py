@@ -25,7 +25,7 @@ def digest_of(pairs):
 
 
 def layout_check_name(prefix, dtypes):
-    """The name of the one-time layout check of a gradient list (csrc/layout_check.h): the
+    """The name of the one-time layout check of a gradient list (csrc/frontend/layout_check.h): the
     prefix and a digest of the count and dtypes of the tensors, but not of their shapes, so that
     ranks whose shapes differ (and whose request names therefore differ) meet there."""
     names = [d.name for d in dtypes]

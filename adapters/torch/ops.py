@@ -33,7 +33,7 @@ def allreduce_async_(tensor, op, name=None, prescale_factor=1.0, postscale_facto
 
 def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Synchronous allreduce into a new tensor. A CPU tensor takes the core's synchronous verb, whose
-    waiting caller runs the engine's cycles itself (csrc/engine_inline.cc) and which builds no
+    waiting caller runs the engine's cycles itself (csrc/core/engine_inline.cc) and which builds no
     Handle objects."""
     array = to_numpy(tensor, "allreduce")
     if isinstance(array, torch.Tensor):  # CUDA: the GPU path's handle

@@ -6,7 +6,7 @@ through unchanged, and SIGINT, SIGTERM and SIGHUP are forwarded to its whole pro
 Ctrl-C and a batch system's kill work as before. A job that ends by itself exits with its own
 status. Two lines on its stderr mean the job cannot finish:
 
-* a rank's watchdog report (csrc/watchdog.cc): a backend call has not returned after
+* a rank's watchdog report (csrc/monitor/watchdog.cc): a backend call has not returned after
   COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS, because a peer stopped, crashed without its kernel
   closing the connections, or lost its link;
 * MPICH's ``control_cb (...): assert (!closed) failed``: the connection to a host's proxy
@@ -35,10 +35,10 @@ from . import shm_cleanup
 
 # In every rank's environment: what the sweep recognises the job's processes by.
 JOB_ID_VARIABLE = "COLLECTIVESRUN_JOB_ID"
-# A rank ended by its watchdog exits with this status (csrc/watchdog.h kWatchdogExitCode), and so
+# A rank ended by its watchdog exits with this status (csrc/monitor/watchdog.h kWatchdogExitCode), and so
 # does collectivesrun after a stall.
 WATCHDOG_EXIT_CODE = 75
-# csrc/watchdog.cc's report as csrc/log.cc prints it.
+# csrc/monitor/watchdog.cc's report as csrc/common/log.cc prints it.
 WATCHDOG_REPORT = re.compile(r"\[collectives FATAL rank (\d+)\] stalled in a backend call: (.*?) has not "
                              r"returned after (\S+) s")
 # MPICH hydra's mpiexec when the connection to a proxy closes (pmiserv_cb.c).

@@ -1,4 +1,4 @@
-"""Autotuning (COLLECTIVES_AUTOTUNE, Horovod's HOROVOD_AUTOTUNE; csrc/autotune.h).
+"""Autotuning (COLLECTIVES_AUTOTUNE, Horovod's HOROVOD_AUTOTUNE; csrc/monitor/autotune.h).
 
 Under mpirun -np 2, tests/engine/workers/autotune_worker.py runs a loop of mixed allreduces (several
 dtypes and sizes, fused and not, a group) and allgathers, checking every result against numpy

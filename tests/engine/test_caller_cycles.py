@@ -1,4 +1,4 @@
-"""Callers that run the engine's cycles themselves (csrc/engine_inline.cc, COLLECTIVES_CALLER_CYCLES).
+"""Callers that run the engine's cycles themselves (csrc/core/engine_inline.cc, COLLECTIVES_CALLER_CYCLES).
 
 tests/engine/workers/caller_cycles_worker.py runs three threads of synchronous verbs and asynchronous
 allreduces synchronized out of order on every rank, with ranks arriving in changing order, and

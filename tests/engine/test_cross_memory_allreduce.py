@@ -1,4 +1,4 @@
-"""The cross-memory allreduce (csrc/cross_memory_allreduce.h, COLLECTIVES_CMA_ALLREDUCE): when
+"""The cross-memory allreduce (csrc/algorithms/cross_memory_allreduce.h, COLLECTIVES_CMA_ALLREDUCE): when
 every rank runs on one host, host allreduces above 512 KiB are computed in chunks that any rank
 takes, reading its peers' inputs and writing into their outputs with process_vm_readv/writev.
 

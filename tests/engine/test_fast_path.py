@@ -1,6 +1,6 @@
 """The small-allreduce fast path: a cached small host allreduce carried by the cycle's
-negotiation (csrc/fused_negotiation.h), whose message travels through shared memory on one host
-(csrc/shared_exchange.h) or as an MPI allreduce whose payload capacity follows the sizes in use
+negotiation (csrc/negotiation/fused_negotiation.h), whose message travels through shared memory on one host
+(csrc/shm/shared_exchange.h) or as an MPI allreduce whose payload capacity follows the sizes in use
 (COLLECTIVES_SHM_NEGOTIATION=0, as between hosts), and the Python shortcuts for the common call
 (engine.allreduce_now for the synchronous verbs, collectives/allreduce_fast.py for the others).
 One mpirun launch of tests/engine/workers/fast_path_worker.py per size and transport:
@@ -46,7 +46,7 @@ def test_fast_path(np_, shared):
 
 
 def test_allreduce_now():
-    """The synchronous verbs' one engine call (csrc/allreduce_now.cc): what it declines and leaves
+    """The synchronous verbs' one engine call (csrc/python/allreduce_now.cc): what it declines and leaves
     to the general path (nothing submitted, the name then works there), results against numpy,
     an engine-pool output, errors on every rank (tests/engine/workers/allreduce_now_worker.py)."""
     for np_ in (2, 3):

@@ -1,7 +1,7 @@
 """A child forked after init() that ends through Python's normal exit (sys.exit, an uncaught
 exception), on both ranks: it exits at once with its status, and the parent's allreduce goes on
 (tests/engine/workers/fork_exit_worker.py). The child used to hang at exit for ever when another
-thread of the parent was waiting for the GIL at the fork (csrc/python_gil.h)."""
+thread of the parent was waiting for the GIL at the fork (csrc/python/python_gil.h)."""
 from mpi_launch import assert_all_ranks_passed, run_workers
 
 

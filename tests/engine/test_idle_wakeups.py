@@ -1,5 +1,5 @@
 """A rank that waits (for a late peer, or for nothing) sleeps: its engine threads wake a few
-dozen times a second, not thousands (csrc/doorbell.h, the quiet-cycle backoff of engine_wake.cc).
+dozen times a second, not thousands (csrc/shm/doorbell.h, the quiet-cycle backoff of engine_wake.cc).
 
 Why it matters: on a machine whose cores the ranks' compute threads fill, every wake-up of an
 engine thread takes a core from them. Before the doorbell, the engine thread polled for its peers'

@@ -1,4 +1,4 @@
-"""The host reductions' vector loops (csrc/local_reduce.h), which every host allreduce algorithm
+"""The host reductions' vector loops (csrc/host_math/local_reduce.h), which every host allreduce algorithm
 of ours runs per chunk instead of MPI_Reduce_local: on the AVX2 path and the portable one, each
 covered dtype/op gives numpy's result exactly (integers wrapping as two's complement), and the
 same bits as MPICH's own operators (MPI_Reduce_local through mpi4py, in a process of its own);
@@ -12,7 +12,7 @@ import pytest
 
 from collectives._loader import engine_module
 
-# The engine's DataType and ReduceOp numbers (csrc/types.h).
+# The engine's DataType and ReduceOp numbers (csrc/common/types.h).
 DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 7: np.float32, 8: np.float64}
 AVERAGE, SUM, MIN, MAX, PRODUCT = 0, 1, 3, 4, 5
 INTEGER = [0, 1, 2, 3, 4]

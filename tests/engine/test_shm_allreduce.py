@@ -1,4 +1,4 @@
-"""The shared-memory allreduce (csrc/shm_allreduce.h, COLLECTIVES_SHM_ALLREDUCE): when every
+"""The shared-memory allreduce (csrc/algorithms/shm_allreduce.h, COLLECTIVES_SHM_ALLREDUCE): when every
 rank runs on one host, host allreduces of 8 to 512 KiB go through a shared segment.
 
 tests/engine/workers/hierarchical_worker.py runs on 3 ranks (shares that do not divide evenly) with the
@@ -18,7 +18,7 @@ PARTS = ["allreduce", "float", "join"]
 
 
 def shm_files():
-    # Every segment the engine maps (csrc/shared_segment.cc): the allreduce's slots and the
+    # Every segment the engine maps (csrc/shm/shared_segment.cc): the allreduce's slots and the
     # host's count of waiting threads.
     return set(glob.glob("/dev/shm/collectives-*"))
 

@@ -1,4 +1,4 @@
-"""The watchdog on one machine: a backend call that never returns ends the job (csrc/watchdog.cc),
+"""The watchdog on one machine: a backend call that never returns ends the job (csrc/monitor/watchdog.cc),
 and collectivesrun, which now runs the MPI launcher as its child (collectives/launcher/supervise.py),
 ends the job and says what happened.
 
@@ -8,7 +8,7 @@ threads are then stuck in a blocking MPI call that no error will ever end. With 
 shutdown time at 3 s:
   * under mpirun: every other rank logs the watchdog's report naming the call and the stopped
     rank with its host, raises StallTimeoutError in synchronize() (numpy), in a synchronous
-    allreduce (whose waiting caller runs the cycles itself: csrc/engine_inline.cc) or in a torch
+    allreduce (whose waiting caller runs the cycles itself: csrc/core/engine_inline.cc) or in a torch
     DistributedOptimizer step, and is ended by the watchdog with exit status 75 (the workers
     linger after the error, so nothing else could end them; the first to end reports its
     status); nothing is left running;

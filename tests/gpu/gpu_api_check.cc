@@ -1,4 +1,4 @@
-// Compile-time check of csrc/gpu_api.h against the real cuda.h (CHECK_CUDA) and nccl.h
+// Compile-time check of csrc/gpu/gpu_api.h against the real cuda.h (CHECK_CUDA) and nccl.h
 // (CHECK_NCCL), built and run by tests/gpu/test_gpu_api_headers.py wherever the headers are
 // installed. The engine declares these itself so that it builds without CUDA; this file
 // proves, for every entry point it loads, that

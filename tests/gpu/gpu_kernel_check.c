@@ -1,4 +1,4 @@
-/* The batched copy kernel's per-thread work (csrc/gpu_copy_batch.h), run on the CPU for every
+/* The batched copy kernel's per-thread work (csrc/gpu/gpu_copy_batch.h), run on the CPU for every
  * block and thread of a grid, against memcpy and plain scaling: lengths 0..600 bytes, every
  * alignment of source and destination, 1..5 blocks per copy, up to 64 copies in a batch.
  * tests/gpu/test_gpu_kernels.py compiles and runs it. Exit 0 when every byte is right. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_copy_batch.h"
+#include "gpu/gpu_copy_batch.h"
 
 static unsigned char src_pool[64][640 + 16], dst_pool[64][640 + 16], want[64][640 + 16];
 

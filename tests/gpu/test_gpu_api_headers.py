@@ -1,4 +1,4 @@
-"""csrc/gpu_api.h against the real CUDA and NCCL headers and libraries.
+"""csrc/gpu/gpu_api.h against the real CUDA and NCCL headers and libraries.
 
 The engine declares the CUDA driver and NCCL entry points itself (so that it builds without
 CUDA). tests/gpu/gpu_api_check.cc static_asserts every one of them against cuda.h and nccl.h:
@@ -19,7 +19,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc")
+GPU_SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "csrc", "gpu")  # gpu_api.h, included by its name
 CHECK = os.path.join(HERE, "gpu_api_check.cc")
 CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
@@ -67,7 +67,7 @@ needs_nccl_h = pytest.mark.skipif(CUDA_INCLUDE is None or NCCL_INCLUDE is None,
                                          "or no CUDA toolkit headers for it")
 
 
-def build_and_run(tmp_path, defines, api_dir=CSRC):
+def build_and_run(tmp_path, defines, api_dir=GPU_SRC):
     """(ok, output) of compiling tests/gpu/gpu_api_check.cc against the headers and running it."""
     includes = [f"-I{d}" for d in (CUDA_INCLUDE, NCCL_INCLUDE if "CHECK_NCCL" in defines else None) if d]
     exe = tmp_path / "gpu_api_check"
@@ -81,7 +81,7 @@ def build_and_run(tmp_path, defines, api_dir=CSRC):
 
 def entry_points():
     """{"cuda": [(member, symbol, required)], "nccl": [...]} from gpu_api.h's lists."""
-    text = open(os.path.join(CSRC, "gpu_api.h")).read()
+    text = open(os.path.join(GPU_SRC, "gpu_api.h")).read()
     out = {}
     for kind, macro in (("cuda", "COLLECTIVES_CUDA_ENTRY_POINTS"), ("nccl", "COLLECTIVES_NCCL_ENTRY_POINTS")):
         body = text[text.index(f"#define {macro}(X)"):]
@@ -126,7 +126,7 @@ MUTATIONS = [  # (what is changed in gpu_api.h, to what, what the check must say
 def test_the_check_catches_a_wrong_declaration(tmp_path, define, old, new, message):
     if CUDA_INCLUDE is None or (define == "CHECK_NCCL" and NCCL_INCLUDE is None):
         pytest.skip("needs the headers (see the tests above)")
-    text = open(os.path.join(CSRC, "gpu_api.h")).read()
+    text = open(os.path.join(GPU_SRC, "gpu_api.h")).read()
     assert text.count(old) == 1, f"{old!r} is no longer in gpu_api.h: update this test"
     (tmp_path / "gpu_api.h").write_text(text.replace(old, new))
     ok, output = build_and_run(tmp_path, [define], api_dir=str(tmp_path))

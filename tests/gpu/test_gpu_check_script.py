@@ -20,8 +20,9 @@ exit 0
 
 
 def sources_digest():
-    # What gpu-check.sh's setup compares to skip a setup already done (cat csrc/* setup.py | md5sum).
-    out = subprocess.run("cat csrc/* setup.py 2>/dev/null | md5sum | cut -c1-16", shell=True, cwd=REPO,
+    # What gpu-check.sh's setup compares to skip a setup already done (every file under csrc/, then setup.py).
+    out = subprocess.run("(find csrc -type f | LC_ALL=C sort | xargs cat; cat setup.py) 2>/dev/null | md5sum | cut -c1-16",
+                         shell=True, cwd=REPO,
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
 

@@ -1,5 +1,5 @@
-"""The batched copy kernel (csrc/gpu_kernels.cu) without a GPU: its per-thread work
-(csrc/gpu_copy_batch.h) run on the CPU over whole grids against memcpy; the kernel compiled
+"""The batched copy kernel (csrc/gpu/gpu_kernels.cu) without a GPU: its per-thread work
+(csrc/gpu/gpu_copy_batch.h) run on the CPU over whole grids against memcpy; the kernel compiled
 to PTX and assembled for Hopper when a CUDA toolkit is here. Its use by the engine is tested
 through the stand-in driver (tests/gpu/test_gpu_loader.py) and on a GPU by tests/gpu/test_gpu.py."""
 import os
@@ -28,7 +28,7 @@ def test_kernel_compiles_to_ptx_that_assembles_for_hopper(tmp_path):
     ptx = tmp_path / "k.ptx"
     archs = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True, timeout=60).stdout.split()
     arch = next((a for a in archs if a.startswith("compute_")), "compute_75")
-    subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-O3", f"-I{CSRC}", os.path.join(CSRC, "gpu_kernels.cu"), "-o",
+    subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-O3", f"-I{CSRC}", os.path.join(CSRC, "gpu", "gpu_kernels.cu"), "-o",
                     str(ptx)], check=True, timeout=300)
     text = ptx.read_text()
     assert ".entry collectives_batched_copy(" in text

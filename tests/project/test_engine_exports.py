@@ -1,4 +1,4 @@
-"""The engine's shared object exports its module init alone (csrc/engine_exports.map).
+"""The engine's shared object exports its module init alone (csrc/python/engine_exports.map).
 
 On a GPU machine (Ubuntu 24.04, GCC 13) the toolchain linked libstdc++ into the engine
 statically and exported its symbols, among them the locale facets' ids as GNU unique symbols.
@@ -30,4 +30,4 @@ def test_the_engine_exports_only_its_module_init():
     symbols = defined_dynamic_symbols(path)
     assert symbols == ["PyInit__engine"], (
         f"{path} exports {len(symbols)} symbols, e.g. {symbols[:8]}: the linker did not apply "
-        "csrc/engine_exports.map (setup.py's --version-script)")
+        "csrc/python/engine_exports.map (setup.py's --version-script)")

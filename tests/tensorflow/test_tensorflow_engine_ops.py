@@ -1,4 +1,4 @@
-"""The engine's own TensorFlow op for gradients (csrc/tensorflow_kernels.cc), registered through
+"""The engine's own TensorFlow op for gradients (csrc/tensorflow/tensorflow_kernels.cc), registered through
 TensorFlow's C API: DistributedGradientTape and Keras DistributedOptimizer inside a tf.function
 use it (and with COLLECTIVES_TENSORFLOW_KERNELS=0 a tf.py_function instead), with results equal
 to numpy references and to single-process Keras training, a process set, an error on every rank

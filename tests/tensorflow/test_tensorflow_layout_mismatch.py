@@ -1,6 +1,6 @@
 """A gradient whose shape differs between ranks (the model differs between ranks) fails every rank
 with the typed mismatch error naming the gradient and its shapes, instead of stalling: the
-reducers' one-time layout check (csrc/layout_check.h), through the engine's TensorFlow op, the
+reducers' one-time layout check (csrc/frontend/layout_check.h), through the engine's TensorFlow op, the
 py_function hop (COLLECTIVES_TENSORFLOW_KERNELS=0) and eagerly; DistributedGradientTape and Keras
 model.fit with DistributedOptimizer. With equal shapes the same code works, the check runs once in
 several steps, and a new trace of an agreed layout on one rank alone runs none (it would wait for

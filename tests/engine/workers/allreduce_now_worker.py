@@ -1,4 +1,4 @@
-"""The synchronous allreduce's one-call path (engine.allreduce_now, csrc/allreduce_now.cc;
+"""The synchronous allreduce's one-call path (engine.allreduce_now, csrc/python/allreduce_now.cc;
 collectives/handles.py). Results against numpy references from every rank's inputs; the calls it
 must leave to the general path (it returns None and submits nothing, so the same name then works
 there); outputs as the general path makes them; the top-level verbs' argument forms (positional,

@@ -1,4 +1,4 @@
-"""Callers that run the engine's cycles themselves (csrc/engine_inline.cc): every result against
+"""Callers that run the engine's cycles themselves (csrc/core/engine_inline.cc): every result against
 a numpy reference computed from every rank's inputs, while the cycle changes hands between the
 engine thread and several waiting threads.
 

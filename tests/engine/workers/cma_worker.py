@@ -1,6 +1,6 @@
 """Large host allreduces against numpy references, for tests/engine/test_cross_memory_allreduce.py.
 
-Above 512 KiB, a job on one host allreduces by cross-memory attach (csrc/cross_memory_allreduce.h)
+Above 512 KiB, a job on one host allreduces by cross-memory attach (csrc/algorithms/cross_memory_allreduce.h)
 unless COLLECTIVES_CMA_ALLREDUCE=0; this worker runs the same cases either way. Each case prints
 a digest of its result on every rank ("digest RANK LABEL HEX"): the test checks that all ranks
 received bit-identical results and that integer-valued results equal the MPI path's.

@@ -1,4 +1,4 @@
-"""The small-allreduce fast path (csrc/fused_negotiation.h, collectives/allreduce_fast.py):
+"""The small-allreduce fast path (csrc/negotiation/fused_negotiation.h, collectives/allreduce_fast.py):
 results against numpy references from every rank's inputs, on the carried path, when not every
 rank is ready, when ranks carry different entries, and next to the ordinary path.
 
@@ -15,7 +15,7 @@ from common import BFLOAT16, Checker, rank_input
 
 INT_TYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64]
 FLOAT_TYPES = [np.float32, np.float64]
-# Carried too, combined by the 16-bit reductions of their MPI operators (csrc/half_math.h).
+# Carried too, combined by the 16-bit reductions of their MPI operators (csrc/host_math/half_math.h).
 HALF_TYPES = [np.dtype(np.float16)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 # FusedNegotiation::kSharedPayloadBytes through shared memory, kPayloadBytes through MPI.

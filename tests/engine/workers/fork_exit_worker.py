@@ -7,7 +7,7 @@ parent's engine must go on (tests/engine/test_fork_exit.py).
 Cases, on every rank:
   * the child calls sys.exit(0) while another thread of the parent was on its way back to the
     GIL from a wait. The child used to hang at exit for ever: the engine's atexit gate
-    (csrc/python_gil.h) waited for that thread, which a forked child does not have.
+    (csrc/python/python_gil.h) waited for that thread, which a forked child does not have.
   * the child ends through an uncaught exception: exit status 1 at once.
 After each: an allreduce in the parent against a numpy reference.
 """

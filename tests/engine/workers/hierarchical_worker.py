@@ -7,7 +7,7 @@ are exact in every dtype). Each case prints a digest of its result on rank 0
 
 Cases: every dtype x op (bool: Min, Max) with prescale/postscale, at sizes below the local
 size (the flat fallback), odd sizes (unaligned shards) below and above 8 KiB (on one host the
-larger ones take the shared-memory allreduce, csrc/shm_allreduce.h), and several pipeline pieces; fused
+larger ones take the shared-memory allreduce, csrc/algorithms/shm_allreduce.h), and several pipeline pieces; fused
 groups; random float inputs against a float64 reference within tolerance; a joined rank
 contributing zeros; a process set spanning the hosts (flat: not the whole job); allgather of
 every dtype with first dimensions that differ by rank (one rank contributing none).
@@ -31,7 +31,7 @@ BOOL = np.dtype(np.bool_)
 HALF = [np.dtype(np.float16)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 SCALES = {"Sum": (0.5, 3.0), "Average": (1.0, 2.0), "Min": (2.0, 1.0), "Max": (1.0, 2.0), "Product": (1.0, 2.0)}
 # Elements: fewer than the local ranks (flat fallback), an odd count (uneven shards), and
-# 2.5 pipeline pieces of 4 MiB for 4-byte types (csrc/hierarchical.cc: kPieceBytes).
+# 2.5 pipeline pieces of 4 MiB for 4-byte types (csrc/algorithms/hierarchical.cc: kPieceBytes).
 SMALL, ODD, ODD_LARGE = 1, 1001, 9001
 BIG_BYTES = 10 << 20
 # The multi-piece cases (each rank computes every rank's input, so not every combination).

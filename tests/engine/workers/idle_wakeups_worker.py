@@ -1,6 +1,6 @@
 """How often a rank's threads wake while it waits for a late peer, or for nothing.
 
-Between cycles the engine's threads sleep on a doorbell (csrc/doorbell.h) that the rank's own
+Between cycles the engine's threads sleep on a doorbell (csrc/shm/doorbell.h) that the rank's own
 submissions and the peers on this host ring. Rank LATE submits its allreduce WAIT_S late; the
 others submit theirs at once and then sleep in Python (the engine thread, not a caller, waits).
 Every rank checks that its engine thread carries its name, counts the voluntary context
@@ -81,7 +81,7 @@ def thread_names():
 
 
 def engine_thread_named():
-    """The engine's thread is named (csrc/thread_name.h), so that top -H and debuggers tell it from
+    """The engine's thread is named (csrc/common/thread_name.h), so that top -H and debuggers tell it from
     the framework's threads; the caller's thread keeps its own name."""
     names = thread_names()
     assert [n for _, n in names].count("coll-engine") >= 1, names

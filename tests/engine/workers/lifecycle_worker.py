@@ -168,7 +168,7 @@ def signals():
         for waiter in range(n):
             signal_case(chk, label, seed, waiter, body)
 
-    # A synchronous verb (one engine call, csrc/allreduce_now.cc) interrupted by a raising handler:
+    # A synchronous verb (one engine call, csrc/python/allreduce_now.cc) interrupted by a raising handler:
     # the exception arrives promptly, the allreduce still completes for the late rank, and the
     # waiter's arrays stay alive until it does (the engine writes its output). Rank 0 waits here
     # and the last rank in the grouped case below: each late rank costs LATE_S of the run.

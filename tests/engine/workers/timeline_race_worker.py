@@ -6,7 +6,7 @@ the timeline meanwhile (tests/engine/test_timeline_races.py).
 Cases (rank 0 writes the timeline and reads it; the other ranks check that they wrote nothing):
   * a child forked while the timeline runs ends through sys.exit(0). Its exit used to flush the
     stdio buffer it had inherited, writing the parent's pending events into the file a second
-    time: the JSON broke (csrc/timeline.cc).
+    time: the JSON broke (csrc/monitor/timeline.cc).
   * two threads call stop_timeline() at once, CYCLES times, each reading the file as soon as its
     call returns. The second call used to return at once while the first was still finishing
     the file: the reader found it without its closing bracket.

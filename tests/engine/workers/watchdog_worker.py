@@ -62,7 +62,7 @@ def sync_steps(r, n):
 
 
 def verb_steps(r, n):
-    # A synchronous verb: the waiting caller runs the cycles itself (csrc/engine_inline.cc), and a
+    # A synchronous verb: the waiting caller runs the cycles itself (csrc/core/engine_inline.cc), and a
     # small tensor rides in the negotiation, so a stopped peer leaves this thread, not the engine
     # thread, waiting inside MPI.
     x = np.full(64, r + 1, np.float32)

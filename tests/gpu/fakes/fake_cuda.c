@@ -15,7 +15,7 @@
  *   FAKE_CUDA_OOM=1                    allocations fail with CUDA_ERROR_OUT_OF_MEMORY
  *   FAKE_CUDA_NO_MODULES=1             cuModuleLoadData refuses every image (no kernels)
  * Kernels: the engine's batched copy kernel runs here on the host, through the same
- * per-thread function the GPU runs (csrc/gpu_copy_batch.h), for every block and thread of
+ * per-thread function the GPU runs (csrc/gpu/gpu_copy_batch.h), for every block and thread of
  * the grid the engine launched. Compile with -I csrc.
  * Counters for the tests: fake_cuda_count("retained0"), ... (see fake_cuda_count).
  */
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu_copy_batch.h"
+#include "gpu/gpu_copy_batch.h"
 
 typedef unsigned long long CUdeviceptr;
 

@@ -1,4 +1,4 @@
-"""The engine's TensorFlow op for gradients (csrc/tensorflow_kernels.cc, adapters/tensorflow/
+"""The engine's TensorFlow op for gradients (csrc/tensorflow/tensorflow_kernels.cc, adapters/tensorflow/
 engine_ops.py), for tests/tensorflow/test_tensorflow_engine_ops.py. Argument: "op" (expect the op in the
 graph) or "fallback" (COLLECTIVES_TENSORFLOW_KERNELS=0: expect a tf.py_function instead).
 

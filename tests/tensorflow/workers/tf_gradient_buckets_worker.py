@@ -2,7 +2,7 @@
 tests/tensorflow/test_tf_gradient_buckets.py: one group holding several dtypes (one buffer each, a grouped
 request), 0-d and empty gradients, every grouping (None, 2, 3) and op, eagerly and inside
 tf.function (twice: the cached plan), against float64 numpy references from every rank's inputs.
-Traced, they run in the engine's TensorFlow op (csrc/tensorflow_kernels.cc); the graph is checked
+Traced, they run in the engine's TensorFlow op (csrc/tensorflow/tensorflow_kernels.cc); the graph is checked
 for it.
 """
 import os

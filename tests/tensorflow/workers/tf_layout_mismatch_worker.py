@@ -3,7 +3,7 @@ tests/tensorflow/test_tensorflow_layout_mismatch.py. Argument: "op" (the engine'
 tf.function) or "fallback" (COLLECTIVES_TENSORFLOW_KERNELS=0: the tf.py_function hop).
 
 Rank 1's model has one variable of another shape. The reducers' one-time layout check
-(csrc/layout_check.h) must fail every rank with the typed mismatch error, naming the gradient and
+(csrc/frontend/layout_check.h) must fail every rank with the typed mismatch error, naming the gradient and
 its shapes, instead of leaving the ranks waiting for each other under different names. Each rank
 prints one line per case: "CAUGHT <case> <rank> <exception class> [<its TensorFlow and
 collectives classes>]: <message>" (or "NOERROR <case> <rank>"),

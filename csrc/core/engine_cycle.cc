@@ -1,0 +1,72 @@
+// One cycle on the engine's side: the queue's new submissions go to the negotiator
+// (negotiator.h), which returns what every rank runs next; the executor runs it (executor.h,
+// through engine_executor.cc); then the autotuner's decision point, and whether the engine stops.
+#include "core/engine.h"
+#include "common/log.h"
+
+namespace collectives {
+
+bool Engine::RunCycle(bool* active, bool* declined) {
+  const auto now = Clock::now();
+  // The queue's vector and this one trade places each cycle, so neither allocates again: a small
+  // allreduce's whole cycle takes a few microseconds, and every allocation counts.
+  std::vector<Pending>& fresh = fresh_;
+  fresh.clear();
+  bool shutdown_local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A caller's cycle (engine_inline.cc) runs no GPU work. A GPU submission sets gpu_device_
+    // before it enters the queue, so checking here, where the queue is taken, misses none.
+    if (declined && gpu_device_ >= 0) {
+      *declined = true;
+      return true;
+    }
+    queue_.TakeAll(&fresh);
+    shutdown_local = shutdown_requested_;
+  }
+  last_cycle_start_ = now;
+  gpu_hold_.store(false);  // whatever was held goes into this cycle
+  monitors_.timeline.MarkCycle();
+  if (monitors_.stages_on)
+    for (Pending& p : fresh) p.picked = now;
+
+  const NegotiationContext ctx{sets_, monitors_.timeline, monitors_.watchdog, executor_, *this, monitors_.stages_on};
+  Negotiation n;
+  const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
+  if (n.carried_bit >= 0 && monitors_.autotune.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));
+  if (!st.ok()) {
+    if (n.failed_first) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (abandoned_) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
+      Log(LogLevel::ERROR, st.message + "; stopping the engine");
+      stopped_status_ = st;
+      return false;
+    }
+    Log(LogLevel::ERROR, st.message + "; stopping the engine");
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = st;
+    return false;
+  }
+
+  ExecuteAll(n.responses, n.cache_bits);
+  if (monitors_.autotune.tuning() && !AutotuneAfterCycle(n.responses, now)) return false;
+  negotiator_.EndCycle(n);
+  *active = n.active;
+
+  if (n.stall_shutdown) {
+    Log(LogLevel::ERROR, "shutting down after a stall: " + n.stall_reason);
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_status_ = Status::Error(StatusCode::TIMEOUT, "collectives shut down after a stall: " + n.stall_reason);
+    return false;
+  }
+  if (n.shutdown) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shutdown_local)
+      stopped_status_ = Status::Error(StatusCode::SHUT_DOWN,
+                                      "collectives was shut down: another rank called shutdown() or exited");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace collectives

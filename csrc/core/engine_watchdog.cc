@@ -1,0 +1,49 @@
+// The engine's side of the watchdog (watchdog.h): the ranks' hosts, learned at Setup so that a
+// report can name them, and what a backend call that never returns does to this process.
+#include "core/engine.h"
+
+#include "core/process_exit.h"
+
+namespace collectives {
+namespace {
+
+// Between the report and the process's exit: time for the threads blocked in synchronize() to
+// raise StallTimeoutError and for the program to report it (or exit by itself).
+constexpr double kWatchdogGraceS = 5.0;
+
+}  // namespace
+
+Status Engine::StartWatchdog() {
+  if (config_.stall_shutdown_s <= 0) return Status::Ok();  // never fires: no thread, no exchange
+  setup_step_ = "MPI_Allgather of the ranks' host names";
+  std::vector<std::string> hosts;
+  Status st = MpiBackend::HostNames(job_.comm, &hosts);
+  if (!st.ok()) return st;
+  monitors_.watchdog.AddSet(0, sets_.at(0).ranks);
+  monitors_.watchdog.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
+                  [this](const std::string& message) { OnBackendStall(message); });
+  return Status::Ok();
+}
+
+void Engine::OnBackendStall(const std::string& message) {
+  // Runs on the watchdog's thread while the engine thread is stuck in MPI for good: the engine
+  // is abandoned as after an init() timeout (never destroyed, shutdown() returns at once, MPI is
+  // not finalized at exit), later calls raise with this message, and every waiting handle fails.
+  const Status st = Status::Error(StatusCode::TIMEOUT, message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+    any_abandoned_ = true;
+    EndProcessWithoutTeardownAtExit();
+    stopped_status_ = st;
+    stop_info_.stopped = true;
+    stop_info_.restartable = false;
+    stop_info_.reason = st;
+    running_ = false;
+  }
+  handles_.FailUndone(st);
+  abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
+  bell_.RingOwn();
+}
+
+}  // namespace collectives

@@ -1,0 +1,159 @@
+// Execution: running one cycle's negotiated responses on the data backends, the same list in
+// the same order on every rank. The executor owns what only execution uses -- the MPI backend,
+// the host algorithms (hierarchical, shared memory, cross-memory attach), the NCCL backend and
+// the host fusion buffer -- and takes everything else it needs from the engine per cycle,
+// through an ExecutionContext: the process sets, this rank's pending entries, the response
+// cache, the timeline, the watchdog, and the engine's side of each outcome (ExecutionListener).
+//
+// Files: executor.cc (fusion, host execution), device_executor.cc (tensors in GPU memory);
+// the engine's side is engine_executor.cc.
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/buffer_pool.h"
+#include "operation/handle_table.h"
+#include "operation/message.h"
+#include "backends/mpi/mpi_backend.h"
+#include "backends/nccl/nccl_backend.h"
+#include "execution/host_algorithms.h"
+#include "operation/pending.h"
+#include "operation/process_set.h"
+#include "negotiation/negotiator.h"
+#include "negotiation/response_cache.h"
+#include "common/status.h"
+#include "monitor/timeline.h"
+#include "monitor/watchdog.h"
+
+namespace collectives {
+
+// The engine's side of execution: how an operation's outcome reaches its caller, and what
+// changes the engine's own tables. Engine implements it (engine_executor.cc).
+class ExecutionListener {
+ public:
+  // Completes a host operation's handle (or an error submission); `p` is still pending.
+  virtual void Finish(Pending& p, Result&& result) = 0;
+  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
+  virtual void FinishDevice(int64_t handle, const std::string& name, Result&& result) = 0;
+  // A control operation (join, process set creation and removal): these change the engine's
+  // tables. `orphans`: waiting requests of a removed process set.
+  virtual Status ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) = 0;
+  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
+  virtual void EvictBits(const std::vector<int>& bits) = 0;
+
+ protected:
+  ~ExecutionListener() = default;
+};
+
+// What one cycle's execution reads and changes of the engine's state. All of it belongs to
+// whoever runs the cycle (the engine's cycle_mu_), except what the listener locks itself.
+struct ExecutionContext {
+  const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
+  // This rank's negotiated entries by name; executed ones are erased.
+  std::unordered_map<std::string, Pending>& pending;
+  ResponseCache& cache;  // changes in execution order, identically on every rank
+  Timeline& timeline;
+  Watchdog& watchdog;    // times the blocking backend calls
+  ExecutionListener& engine;
+  bool joined;     // this rank called join(): it contributes zeros to allreduces it did not submit
+  bool join_mode;  // some rank has joined (the same on every rank)
+  int64_t fusion_threshold;            // as the autotuner leaves it
+  const std::atomic<int>& gpu_device;  // this process's GPU (-1 until a GPU tensor is submitted)
+};
+
+// What execution keeps from the engine's setup.
+struct ExecutorConfig {
+  int rank = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  bool spin = false;  // short spins before sleeping (every rank on this machine has a core)
+  bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
+  bool shm_allreduce = true;
+  bool cma_allreduce = true;
+  double stall_check_s = 60.0;       // a GPU wait is reported after this...
+  double stall_shutdown_s = 1800.0;  // ...and aborted after this (0: never)
+};
+
+class Executor final : public AllreduceRouting {
+ public:
+  // The host backends and algorithms, on the engine's communicators (collective over `comm`).
+  // `step`: what setup waits for, for the init timeout's message.
+  Status Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const ExecutorConfig& config,
+              std::atomic<const char*>* step);
+  // Loads the GPU libraries that Python found (collectives/gpu_libs.py; `nccl_problem`: why NCCL
+  // was not) and makes the NCCL backend, whose stream starts at the first GPU tensor.
+  void InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
+                  const std::string& nccl_problem);
+  // GPU work launched and not finished yet; `idle` runs (on the completion thread) whenever the
+  // last of it finishes.
+  bool GpuBusy() const { return nccl_ && nccl_->Busy(); }
+  int64_t GpuAllreduceLaunches() const { return nccl_ ? nccl_->allreduce_launches() : 0; }
+  void OnGpuIdle(std::function<void()> idle) { nccl_->OnIdle(std::move(idle)); }
+  // GPU work already launched finishes (or is aborted after a grace period) and completes its
+  // handles; then the NCCL communicators go.
+  void ShutdownDevice(const Status& why);
+  // Frees the host backends' resources (no collective).
+  void Release();
+
+  // Runs one cycle's responses; cache_bits[i] is the cache bit of a cached response, -1 for the
+  // coordinator's.
+  void Execute(const std::vector<Response>& responses, const std::vector<int>& cache_bits, const ExecutionContext& ctx);
+  // A removed process set's NCCL communicator goes once its GPU work is done.
+  void ReleaseSet(int32_t process_set);
+
+  // Whether the algorithm that takes an allreduce of the whole job keeps it off the negotiation
+  // (negotiator.h): the hierarchical one.
+  bool RunsOwnAlgorithm(DataType dtype, ReduceOp op, int64_t elements) const override {
+    return algorithms_.ForAllreduce({0, elements, dtype, op}).KeepsOffNegotiation();
+  }
+
+  // The hierarchical algorithms and whether each call uses them.
+  const Hierarchy& hierarchy() const { return algorithms_.hierarchy(); }
+  // Turns them on or off from the next operation on (Engine::SetHierarchical).
+  void SetHierarchical(bool allreduce, bool allgather) {
+    algorithms_.hierarchy().allreduce_enabled = allreduce;
+    algorithms_.hierarchy().allgather_enabled = allgather;
+  }
+
+ private:
+  // executor.cc
+  // entries[i] is null on a joined rank, which contributes zeros.
+  Status ExecuteFused(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,
+                      const std::vector<Pending*>& entries);
+  Status ExecuteOne(const ExecutionContext& ctx, const ProcessSet& ps, const Response& resp, Pending& p,
+                    Result* result);
+  Status ExecuteJoinedAllreduce(const ExecutionContext& ctx, const ProcessSet& ps, const Response& resp);
+  // segments: element counts of the tensors of a fused buffer (Adasum combines each on its own).
+  Status Allreduce(const ProcessSet& ps, const Response& resp, const void* input, void* output, int64_t count,
+                   const std::vector<int64_t>* segments = nullptr);
+  std::vector<std::vector<size_t>> PlanFusion(const std::vector<Response>& responses, int64_t fusion_threshold) const;
+  int64_t MaxFusedBytes(const Response& r, int64_t fusion_threshold) const;
+  void* FusionBuffer(int64_t bytes);
+  // The scaling after a reduction (Average's division, the postscale).
+  static void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
+
+  // device_executor.cc: tensors in GPU memory, on the NCCL backend.
+  void ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,
+                          const std::vector<Pending*>& entries);
+  Status RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,
+                        const std::vector<Pending*>& entries, std::vector<Result>* results,
+                        std::vector<std::shared_ptr<void>>* keep);
+  Status RunStaged(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r, Pending* p, Result* result,
+                   std::vector<std::shared_ptr<void>>* keep);
+
+  ExecutorConfig config_;
+  MpiBackend backend_;
+  HostAlgorithms algorithms_;  // which host algorithm runs each allreduce and allgather
+  std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
+  std::unique_ptr<HostBuffer> fusion_;
+};
+
+}  // namespace collectives

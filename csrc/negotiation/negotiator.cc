@@ -1,0 +1,411 @@
+// The negotiation protocol (negotiator.h). Every rank runs the same cycles in the same order:
+//  1. an allreduce(BAND) of a small bit vector: engine-wide flags (inverted, so AND acts
+//     as OR), one bit per response-cache entry this rank is ready to run, and inverted
+//     "invalidate" bits for cache entries whose signature changed or that stalled;
+//  2. only when some rank has requests the cache does not know: a gather of those requests
+//     to rank 0, which validates and orders them, and a broadcast of its responses;
+//  3. execution of cached-ready responses (bit order) then rank 0's responses (by the engine's
+//     executor, after Negotiate returns them; EndCycle then closes the cycle).
+#include "negotiation/negotiator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "host_math/buffer_math.h"
+#include "common/log.h"
+#include "backends/mpi/mpi_wait.h"
+
+namespace collectives {
+namespace {
+
+constexpr uint64_t kFlagShutdown = 1;  // some rank asked to shut down
+constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs phase 2
+constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
+constexpr uint64_t kFlagJoined = 8;    // some rank has called join() (which has not completed)
+constexpr uint64_t kFlagNews = 16;     // some rank brings something new (not a quiet cycle)
+// (Bits 8 and 9 belong to FusedNegotiation: the payload classes wanted.)
+
+bool TestBit(const uint64_t* words, int bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
+
+// Calls f(bit) for each bit below `limit` that is set (cleared, if `inverted`), in increasing
+// order, skipping empty words: a cycle looks at 1024 cache bits of which few are ever set.
+template <typename F>
+void ForEachBit(const uint64_t* words, int count, bool inverted, int limit, F&& f) {
+  for (int w = 0; w < count; ++w) {
+    uint64_t bits = inverted ? ~words[w] : words[w];
+    while (bits) {
+      const int b = w * 64 + __builtin_ctzll(bits);
+      bits &= bits - 1;
+      if (b >= limit) return;
+      f(b);
+    }
+  }
+}
+
+}  // namespace
+
+Status Negotiator::Init(MPI_Comm comm, const NegotiatorConfig& config, std::atomic<const char*>* step) {
+  config_ = config;
+  comm_ = comm;
+  cache_.reset(new ResponseCache(config_.cache_capacity));
+  if (config_.size > 1) {  // the same on every rank: the negotiation message's layout depends on it
+    *step = "the negotiation's shared-memory segment (needs every rank)";
+    Status st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, config_.local_size,
+                            config_.shm_negotiation);
+    if (!st.ok()) return st;
+  }
+  if (config_.rank == 0)
+    coordinator_.reset(new Coordinator(config_.size, config_.stall_check_s, config_.stall_shutdown_s));
+  return Status::Ok();
+}
+
+void Negotiator::Free() {
+  fused_.Free();
+  pending_.clear();
+}
+
+void Negotiator::AdmitLocal(Pending&& p, const NegotiationContext& ctx, std::vector<int>* invalid_bits) {
+  if (p.request.op == OpType::JOIN) joined_ = true;
+  int stale = -1;
+  int bit = IsDataOp(p.request.op) ? cache_->Lookup(p.request, &stale) : -1;
+  if (bit >= 0 && join_mode_) {
+    // While some rank has joined, requests go to the coordinator, the only one to know which
+    // ranks no longer submit. A cached entry is evicted everywhere on the way: a rank that
+    // submits the same name after the join ends must not wait for it on the cached path.
+    stale = bit;
+    bit = -1;
+  }
+  if (bit >= 0) {
+    p.cache_bit = bit;
+  } else {
+    if (stale >= 0) invalid_bits->push_back(stale);
+    to_report_.push_back(p.request.name);
+  }
+  if (ctx.timeline.active())
+    ctx.timeline.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
+  std::string name = p.request.name;
+  pending_.emplace(std::move(name), std::move(p));
+}
+
+// A rank outside a process set never submits that set's requests; it marks them ready so
+// that the bitwise AND reflects the members alone.
+void Negotiator::MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const {
+  if (sets.size() <= 1) return;
+  for (int b = 0; b < cache_->capacity(); ++b) {
+    if (!cache_->Contains(b)) continue;
+    auto it = sets.find(cache_->Get(b).process_set);
+    if (it == sets.end() || !it->second.includes_me()) ready[b / 64] |= 1ull << (b % 64);
+  }
+}
+
+void Negotiator::EvictBits(const std::vector<int>& bits) {
+  if (bits.empty()) return;
+  std::unordered_set<int> set(bits.begin(), bits.end());
+  for (auto& kv : pending_) {
+    if (kv.second.cache_bit >= 0 && set.count(kv.second.cache_bit)) {
+      kv.second.cache_bit = -1;
+      to_report_.push_back(kv.first);
+    }
+  }
+}
+
+void Negotiator::AddProcessSet(int32_t id, const std::vector<int>& ranks) {
+  if (coordinator_) coordinator_->AddProcessSet(id, ranks);
+}
+
+void Negotiator::RemoveProcessSet(int32_t id, std::vector<std::string>* orphans) {
+  // Its cached responses go on every rank alike; its waiting requests fail.
+  std::vector<int> evicted;
+  for (int b = 0; b < cache_->capacity(); ++b)
+    if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
+  for (auto& kv : pending_)
+    if (kv.second.request.process_set == id) orphans->push_back(kv.first);
+  EvictBits(evicted);
+  if (coordinator_) coordinator_->RemoveProcessSet(id);
+}
+
+void Negotiator::TakeAll(std::vector<Pending>* waiting) {
+  for (auto& kv : pending_) waiting->push_back(std::move(kv.second));
+  pending_.clear();
+  for (Pending& p : held_) waiting->push_back(std::move(p));
+  held_.clear();
+}
+
+Status Negotiator::ExchangeWithCoordinator(const NegotiationContext& ctx, bool coordinator_due, ResponseList* list) {
+  const auto now = Clock::now();
+  std::vector<Request> reqs;
+  for (const std::string& name : to_report_) {
+    auto it = pending_.find(name);
+    if (it == pending_.end() || it->second.reported || it->second.cache_bit >= 0) continue;
+    Request q = it->second.request;
+    q.rank = config_.rank;
+    q.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.enqueued).count();
+    reqs.push_back(std::move(q));
+    it->second.reported = true;
+  }
+  to_report_.clear();
+  const std::string mine = EncodeRequests(reqs);
+
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(config_.rank == 0 ? static_cast<size_t>(config_.size) : 0);
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+        return MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_);
+      }) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation gather failed");
+  std::vector<int> counts, displs;
+  std::string all;
+  if (config_.rank == 0) {
+    int64_t total = 0;
+    for (int64_t l : lens) {
+      counts.push_back(static_cast<int>(l));
+      displs.push_back(static_cast<int>(total));
+      total += l;
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
+        return MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(),
+                           MPI_BYTE, 0, comm_);
+      }) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation gatherv failed");
+
+  std::string encoded;
+  if (config_.rank == 0) {
+    for (int r = 0; r < config_.size; ++r) {
+      std::vector<Request> from_rank;
+      if (!DecodeRequests(all.data() + displs[static_cast<size_t>(r)], static_cast<size_t>(counts[static_cast<size_t>(r)]),
+                          &from_rank))
+        return Status::Error(StatusCode::INTERNAL, "corrupt negotiation message from rank " + std::to_string(r));
+      coordinator_->Add(std::move(from_rank), now);
+    }
+    if (coordinator_due || coordinator_->StallCheckDue(now)) {
+      std::vector<std::string> warnings;
+      coordinator_->CheckStalls(now, &warnings, &list->shutdown, &list->shutdown_reason);
+      for (const std::string& w : warnings) Log(LogLevel::WARNING, w);
+    }
+    list->responses = coordinator_->TakeReady();
+    encoded = EncodeResponseList(*list);
+  }
+  int64_t out_len = static_cast<int64_t>(encoded.size());
+  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0,
+                         [&] { return MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_); }) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
+  encoded.resize(static_cast<size_t>(out_len));
+  if (out_len > 0 && ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
+        return MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_);
+      }) != MPI_SUCCESS)
+    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
+  if (config_.rank != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
+    return Status::Error(StatusCode::INTERNAL, "corrupt negotiation response from rank 0");
+  return Status::Ok();
+}
+
+Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, Clock::time_point now,
+                             const NegotiationContext& ctx, Negotiation* out) {
+  std::vector<int> invalid;
+  // A request whose name is still pending here (behind this rank's own error submission of
+  // that name) waits for it to resolve; earlier held ones go first, keeping submission order.
+  std::vector<Pending> earlier;
+  earlier.swap(held_);
+  const auto admit = [&](Pending& p) {
+    if (pending_.count(p.request.name))
+      held_.push_back(std::move(p));
+    else
+      AdmitLocal(std::move(p), ctx, &invalid);
+  };
+  for (Pending& p : earlier) admit(p);
+  for (Pending& p : fresh) admit(p);
+  // A cached request waiting past the stall-check (or stall-shutdown) time is sent to the
+  // coordinator, which knows every rank's submissions: it names the missing ranks, and
+  // decides the shutdown.
+  double stall_s = config_.stall_check_s;
+  if (config_.stall_shutdown_s > 0 && (stall_s <= 0 || config_.stall_shutdown_s < stall_s))
+    stall_s = config_.stall_shutdown_s;
+  if (stall_s > 0) {
+    const auto stall = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_s));
+    for (auto& kv : pending_) {
+      Pending& p = kv.second;
+      if (p.cache_bit >= 0 && !p.stall_flagged && now - p.enqueued > stall) {
+        p.stall_flagged = true;
+        invalid.push_back(p.cache_bit);
+      }
+    }
+  }
+
+  // Phase 1: flags, ready bits and invalidations in one allreduce.
+  const int words = (cache_->capacity() + 63) / 64;
+  std::vector<uint64_t>& v = bits_;  // kept: its capacity serves every cycle
+  v.assign(static_cast<size_t>(1 + 2 * words), 0);
+  const bool coordinator_due = config_.rank == 0 && coordinator_->StallCheckDue(now);
+  uint64_t flags = 0;
+  if (shutdown_local) flags |= kFlagShutdown;
+  if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
+  if (!pending_.empty() || !held_.empty()) flags |= kFlagPending;
+  if (joined_) flags |= kFlagJoined;
+  // (What phase 2 carries, to_report_ and the coordinator's check, is news too: kFlagUncached.)
+  if (!fresh.empty() || !held_.empty() || !invalid.empty()) flags |= kFlagNews;
+  v[0] = ~flags;
+  uint64_t* ready = v.data() + 1;
+  uint64_t* valid = v.data() + 1 + words;
+  for (const auto& kv : pending_) {
+    const int b = kv.second.cache_bit;
+    if (b >= 0) ready[b / 64] |= 1ull << (b % 64);
+  }
+  MarkForeignBits(ctx.sets, ready);
+  for (int w = 0; w < words; ++w) valid[w] = ~0ull;
+  for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
+  Pending* carried = nullptr;  // a small allreduce riding along (fused_negotiation.h)
+  bool agreed = false;
+  const BackendCall phase1 = fused_.shared() ? BackendCall::NEGOTIATION_SHARED : BackendCall::NEGOTIATION_ALLREDUCE;
+  if (ctx.watchdog.Watch(phase1, 0, [&] { return NegotiationAllreduce(ctx, &v, &carried, &agreed); }) !=
+      MPI_SUCCESS) {
+    out->failed_first = true;
+    return Status::Error(StatusCode::INTERNAL,
+                         fused_.failure().empty() ? "MPI failure during negotiation" : fused_.failure());
+  }
+  const uint64_t global_flags = ~v[0];
+  const int carried_bit = carried ? carried->cache_bit : -1;  // before evictions can reset it
+  if (ctx.stages) negotiated_at_ = Clock::now();
+
+  // Invalidated entries (and their groups) leave the cache on every rank; requests waiting
+  // on them go to the coordinator instead.
+  std::vector<int> evicted;
+  ForEachBit(valid, words, /*inverted=*/true, cache_->capacity(), [&](int b) { cache_->Erase(b, &evicted); });
+  const std::unordered_set<int> evicted_set(evicted.begin(), evicted.end());
+  EvictBits(evicted);
+
+  // The carried allreduce is complete when every rank carried it and it is still cached and
+  // ready everywhere (the same facts on every rank, so every rank decides alike); otherwise its
+  // result is dropped and it runs below, or in a later cycle, like any other.
+  int fused_bit = -1;
+  if (carried) {
+    const int b = carried_bit;
+    if (agreed && TestBit(ready, b) && !evicted_set.count(b) && cache_->Contains(b) &&
+        !(global_flags & kFlagJoined)) {
+      fused_bit = b;
+      FinishFused(ctx, carried, b);
+      ++fused_done_;
+    } else {
+      ++fused_discarded_;
+    }
+  }
+  out->carried_bit = fused_bit;  // the engine's autotuner counts it
+
+  std::vector<Response>& responses = out->responses;
+  std::vector<int>& cache_bits = out->cache_bits;  // bit for cached responses, -1 for the coordinator's
+  ForEachBit(ready, words, /*inverted=*/false, cache_->capacity(), [&](int b) {
+    if (evicted_set.count(b) || !cache_->Contains(b) || b == fused_bit) return;
+    const Response& r = cache_->Get(b);
+    if (!r.group.empty()) {
+      // A group runs only when every member is ready everywhere.
+      const std::set<int>* members = cache_->GroupBits(r.group);
+      if (!members || static_cast<int>(members->size()) != r.group_size) return;
+      bool all = true;
+      for (int m : *members) all = all && TestBit(ready, m);
+      if (!all) return;
+    }
+    responses.push_back(r);
+    cache_bits.push_back(b);
+  });
+
+  // Phase 2: the coordinator, only when someone has something the cache does not cover.
+  ResponseList list;
+  if (global_flags & kFlagUncached) {
+    Status st = ExchangeWithCoordinator(ctx, coordinator_due, &list);
+    if (!st.ok()) return st;
+  }
+  if (ctx.stages) negotiated_at_ = Clock::now();
+  for (Response& r : list.responses) {
+    responses.push_back(std::move(r));
+    cache_bits.push_back(-1);
+  }
+
+  out->active = (global_flags & kFlagPending) != 0;
+  out->shutdown = (global_flags & kFlagShutdown) != 0;
+  out->stall_shutdown = list.shutdown;
+  out->stall_reason = list.shutdown_reason;
+  out->joined = (global_flags & kFlagJoined) != 0;
+  out->quiet = !(global_flags & (kFlagNews | kFlagUncached | kFlagJoined)) && responses.empty() && fused_bit < 0;
+  return Status::Ok();
+}
+
+void Negotiator::EndCycle(const Negotiation& n) {
+  ++cycle_;
+  // While some rank has joined, requests waiting on the cache go to the coordinator instead
+  // (from the next cycle on, the same decision on every rank).
+  join_mode_ = n.joined;
+  if (join_mode_) {
+    for (auto& kv : pending_) {
+      if (kv.second.cache_bit < 0) continue;
+      kv.second.cache_bit = -1;
+      to_report_.push_back(kv.first);
+    }
+  }
+  quiet_cycles_ = n.quiet ? quiet_cycles_ + 1 : 0;
+}
+
+// The small allreduce that rides along with the negotiation (fused_negotiation.h): the pending
+// entry to carry in this cycle, if any; the negotiation allreduce carrying it; its completion.
+Pending* Negotiator::FusedCandidate(const NegotiationContext& ctx) {
+  if (!fused_.initialized() || joined_ || join_mode_ || ctx.timeline.active()) return nullptr;
+  Pending* best = nullptr;
+  for (auto& kv : pending_) {
+    Pending& p = kv.second;
+    const Request& q = p.request;
+    if (p.cache_bit < 0 || p.cache_bit >= 0xFFFFE || p.stall_flagged || p.handle == 0 || !q.failure.empty() ||
+        q.op != OpType::ALLREDUCE || q.device != -1 || q.process_set != 0 || !q.group.empty() || !p.input ||
+        !p.output)
+      continue;
+    const int64_t n = NumElements(q.shape);
+    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || ctx.routing.RunsOwnAlgorithm(q.dtype, q.reduce_op, n)) continue;
+    if (!best || p.cache_bit < best->cache_bit) best = &p;  // the lowest bit: ranks tend to pick alike
+  }
+  return best;
+}
+
+int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<uint64_t>* v, Pending** carried,
+                                     bool* agreed) {
+  if (!fused_.initialized())
+    return AllreduceWaiting(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_UINT64_T, MPI_BAND, comm_);
+  Pending* p = FusedCandidate(ctx);
+  uint64_t descriptor = 0;
+  const void* payload = nullptr;
+  int64_t bytes = 0;
+  uint64_t scaled[FusedNegotiation::kSharedPayloadBytes / 8];
+  if (p) {
+    const Request& q = p->request;
+    const int64_t n = NumElements(q.shape);
+    bytes = n * DataTypeSize(q.dtype);
+    fused_.Announce(bytes);
+    if (fused_.Fits(bytes)) {
+      descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
+      payload = p->input;
+      if (q.prescale != 1.0) {  // as Executor::Allreduce scales before reducing
+        ScaledCopy(scaled, p->input, n, q.dtype, q.prescale);
+        payload = scaled;
+      }
+    } else {
+      p = nullptr;  // this cycle's capacity is smaller: the ordinary path
+    }
+  }
+  uint64_t got = 0;
+  const int rc = fused_.Run(comm_, v->data(), descriptor, payload, bytes, &got);
+  if (rc == MPI_SUCCESS && p) {
+    *carried = p;
+    *agreed = got == descriptor;
+  }
+  return rc;
+}
+
+void Negotiator::FinishFused(const NegotiationContext& ctx, Pending* p, int bit) {
+  const Response& r = cache_->Get(bit);
+  fused_.ReduceInto(p->output);
+  ScaleReduced(p->output, NumElements(r.shape), r.dtype, r.reduce_op, r.postscale, ctx.sets.at(0).size());
+  const std::string name = p->request.name;
+  ctx.engine.Finish(*p, Result());
+  pending_.erase(name);
+  cache_->Touch(bit);  // as execution does for a cached response
+}
+
+}  // namespace collectives
