@@ -15,7 +15,7 @@ from collectives.launcher import cli as runmod
 from collectives.launcher import args as cli
 from collectives.launcher import command, environment, hosts, mpi_locator, reachability
 from collectives.launcher.elf_deps import read_dynamic
-from mpi_launch import assert_all_ranks_passed, Run, worker_path
+from mpi_launch import SUPPORT, assert_all_ranks_passed, Run, worker_path
 
 MIB = 1024 * 1024
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "collectivesrun")
@@ -31,6 +31,8 @@ def launch(argv, env=None, timeout=60, module=False):
     full_env = {k: v for k, v in os.environ.items()
                 if k not in SCRUBBED and not k.startswith(("COLLECTIVES_", "HOROVOD_"))}
     full_env["PYTHONUNBUFFERED"] = "1"
+    # the workers' shared modules (common.py) live in tests/support, not beside the worker
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SUPPORT, full_env.get("PYTHONPATH")]))
     full_env.update(env or {})
     program = [sys.executable, "-m", "collectives.run"] if module else [SCRIPT]
     proc = subprocess.Popen(program + list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
