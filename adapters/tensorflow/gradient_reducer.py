@@ -21,7 +21,7 @@ behind a Keras variable.
 import numpy as np
 import tensorflow as tf
 
-from collectives import basics
+from collectives import arguments, basics
 from collectives import ops as core
 from collectives.constants import Adasum, Average, OpType, Sum
 from collectives.errors import raise_for_status
@@ -271,7 +271,7 @@ class GradientReducer:
                     flat = buckets[0].pack(arrays)
                 return core.allreduce_async_(flat, op=op, name=name, prescale_factor=pre, postscale_factor=post,
                                              **kw), [flat]
-            names = [f"{name}.{i}" for i in range(len(buckets))]  # the grouped request's own names
+            names = arguments.member_names(name, len(buckets))  # the grouped request's own names
             with failing_together(OpType.ALLREDUCE, names, kw["process_set"], name, len(buckets)):
                 flats = [bucket.pack(arrays) for bucket in buckets]
             return core.grouped_allreduce_async_(flats, op=op, name=name, prescale_factor=pre,

@@ -11,7 +11,7 @@
 //   - each group of inputs is packed, one flat 64-byte aligned buffer per dtype (in order of
 //     first use), each member starting at a 64-byte boundary, gaps zeroed;
 //   - a group with one buffer is one request named `<base>.g<j>`; a group with several is a
-//     grouped request `<base>.g<j>` of members `<base>.g<j>.<b>`; each is reduced in place;
+//     grouped request `<base>.g<j>` of members `<base>.g<j>_<b+1>of<n>`; each is reduced in place;
 //   - the outputs are tensors over the buffer's memory (no copy back), which keep it alive;
 //   - before the first reduction of a layout on this engine, the layout check (layout_check.h)
 //     under the attribute `layout_check`'s name: ranks whose gradients' shapes differ fail
@@ -205,7 +205,8 @@ void Pack(Bucket* b, const std::vector<Input>& inputs) {
 Request GroupRequest(const ReduceAttrs& a, const Bucket& b, const std::string& group, size_t index, size_t n) {
   Request q;
   q.op = OpType::ALLREDUCE;
-  q.name = n == 1 ? group : group + "." + std::to_string(index);
+  // Horovod's names for a group's members, as collectives/arguments.py member_names gives them
+  q.name = n == 1 ? group : group + "_" + std::to_string(index + 1) + "of" + std::to_string(n);
   q.dtype = b.dtype;
   q.reduce_op = a.reduce_op;
   q.prescale = a.prescale;
