@@ -15,9 +15,9 @@ from . import arguments
 from .constants import OpType, ReduceOp
 from .device_arrays import DeviceView, require_gpu
 from .errors import InvalidArgumentError
-from .handles import submit
 from .process_set_registry import process_set_id, set_rank, set_size
 from .shared_failure import failing_together
+from .submissions import submission, submit
 
 _reduce_op = arguments.reduce_op
 
@@ -33,10 +33,10 @@ def _view(tensor):
 
 def _spec(op, name, view, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0, process_set=None, shape=None):
-    return (int(op), name, view.spec(shape), None if out is None else out.spec(), int(view.dtype), int(reduce_op),
-            arguments.root_rank(root), arguments.scale_factor(prescale, "prescale_factor"),
-            arguments.scale_factor(postscale, "postscale_factor"), list(splits), group, int(group_size),
-            process_set_id(process_set))
+    return submission(int(op), name, view.spec(shape), None if out is None else out.spec(), int(view.dtype),
+                      int(reduce_op), arguments.root_rank(root), arguments.scale_factor(prescale, "prescale_factor"),
+                      arguments.scale_factor(postscale, "postscale_factor"), list(splits), group, int(group_size),
+                      process_set_id(process_set))
 
 
 # ---------------------------------------------------------------- allreduce

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <type_traits>
 
 #include "bindings_common.h"
 #include "dlpack_export.h"
@@ -66,77 +67,118 @@ EngineConfig ConfigFromDict(const py::dict& d) {
   return c;
 }
 
-// A tensor in GPU memory, as Python describes it: (data_ptr, shape, device, stream). device
-// -2: unknown (the engine asks the driver); stream: the producer's (0 and 1: the legacy
-// default stream, 2: the calling thread's default stream).
-struct DeviceSpec {
+// A tensor in GPU memory, as Python describes it (engine.DeviceTensor): device -2: unknown
+// (the engine asks the driver); stream: the producer's (0 and 1: the legacy default stream, 2:
+// the calling thread's default stream).
+struct DeviceTensor {
   uintptr_t ptr = 0;
   std::vector<int64_t> shape;
   int32_t device = -2;
   uintptr_t stream = 0;
 };
 
-DeviceSpec DeviceSpecFrom(const py::handle& h) {
-  py::tuple t = py::reinterpret_borrow<py::tuple>(h);
-  if (t.size() != 4) throw py::value_error("a GPU tensor is described as (data_ptr, shape, device, stream)");
-  DeviceSpec d;
-  d.ptr = t[0].cast<uintptr_t>();
-  d.shape = t[1].cast<std::vector<int64_t>>();
-  d.device = t[2].cast<int32_t>();
-  d.stream = t[3].cast<uintptr_t>();
-  if (d.device < -2 || d.device == -1) throw py::value_error("a GPU tensor's device must be >= 0 (or -2: unknown)");
-  return d;
+DeviceTensor MakeDeviceTensor(uintptr_t ptr, std::vector<int64_t> shape, int32_t device, uintptr_t stream) {
+  if (device < -2 || device == -1) throw py::value_error("a GPU tensor's device must be >= 0 (or -2: unknown)");
+  return DeviceTensor{ptr, std::move(shape), device, stream};
 }
 
-// One spec per tensor: (op, name, input, output, dtype, reduce_op, root, prescale, postscale,
-// splits, group, group_size, process_set). input/output are C-contiguous numpy arrays (or None): taking
-// pointer and shape here costs far less than numpy's ctypes interface in Python. For tensors in
-// GPU memory, input and output are DeviceSpec tuples instead (output may be None).
-Submission SubmissionFromTuple(const py::tuple& t) {
-  if (t.size() != 13) throw py::value_error("engine submission needs 13 fields");
+// Where a submission reads and writes: C-contiguous numpy arrays (taking pointer and shape here
+// costs far less than numpy's ctypes interface in Python), DeviceTensors, or None (no output:
+// the engine allocates it). Both in GPU memory or both on the host.
+void SetBuffers(Submission& s, py::handle input, py::handle output) {
+  Request& q = s.request;
+  const bool on_device = py::isinstance<DeviceTensor>(input) || py::isinstance<DeviceTensor>(output);
+  if (on_device) {
+    for (py::handle h : {input, output})
+      if (!h.is_none() && !py::isinstance<DeviceTensor>(h))
+        throw py::value_error("input and output must both be in GPU memory (or the output None)");
+    // The input describes the request; an output alone (no input) does.
+    const py::handle described = input.is_none() ? output : input;
+    if (!described.is_none()) {
+      const auto& d = described.cast<const DeviceTensor&>();
+      q.shape = d.shape;
+      q.device = d.device;
+      s.stream = d.stream;
+    }
+    if (!input.is_none()) s.input = reinterpret_cast<const void*>(input.cast<const DeviceTensor&>().ptr);
+    if (!output.is_none()) s.output = reinterpret_cast<void*>(output.cast<const DeviceTensor&>().ptr);
+    return;
+  }
+  if (!input.is_none()) {
+    py::array in = py::reinterpret_borrow<py::object>(input).cast<py::array>();
+    s.input = in.data();
+    q.shape.assign(in.shape(), in.shape() + in.ndim());
+  }
+  if (!output.is_none()) s.output = py::reinterpret_borrow<py::object>(output).cast<py::array>().mutable_data();
+}
+
+// A field's value as C++ type T, or TypeError naming the field. Plain CPython calls: pybind11's
+// casters for 13 arguments cost as much again as the rest of an 8-byte request's Python work.
+template <typename T>
+T Field(py::handle value, const char* field) {
+  if constexpr (std::is_same_v<T, double>) {
+    const double v = PyFloat_AsDouble(value.ptr());
+    if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    return v;
+  } else {
+    if (!PyLong_Check(value.ptr())) throw py::type_error(std::string("Submission.") + field + " must be an int");
+    const long long v = PyLong_AsLongLong(value.ptr());
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return static_cast<T>(v);
+  }
+}
+
+// engine.Submission(...): one request, its fields named as Request's (message.h). Converted to
+// the engine's types once, here; enqueue then copies the struct.
+Submission MakeSubmission(py::handle op, const std::string& name, py::handle input, py::handle output,
+                          py::handle dtype, py::handle reduce_op, py::handle root, py::handle prescale,
+                          py::handle postscale, py::handle splits, const std::string& group, py::handle group_size,
+                          py::handle process_set) {
   Submission s;
   Request& q = s.request;
-  q.op = static_cast<OpType>(t[0].cast<int32_t>());
-  q.name = t[1].cast<std::string>();
-  const bool on_device = py::isinstance<py::tuple>(t[2]) || py::isinstance<py::tuple>(t[3]);
-  if (on_device) {
-    for (int k : {2, 3})
-      if (!t[k].is_none() && !py::isinstance<py::tuple>(t[k]))
-        throw py::value_error("input and output must both be in GPU memory (or the output None)");
-    if (!t[2].is_none()) {
-      DeviceSpec in = DeviceSpecFrom(t[2]);
-      s.input = reinterpret_cast<const void*>(in.ptr);
-      q.shape = in.shape;
-      q.device = in.device;
-      s.stream = in.stream;
-    }
-    if (!t[3].is_none()) {
-      DeviceSpec out = DeviceSpecFrom(t[3]);
-      s.output = reinterpret_cast<void*>(out.ptr);
-      if (t[2].is_none()) {
-        q.shape = out.shape;
-        q.device = out.device;
-        s.stream = out.stream;
-      }
-    }
-  } else {
-    if (!t[2].is_none()) {
-      py::array in = t[2].cast<py::array>();
-      s.input = in.data();
-      q.shape.assign(in.shape(), in.shape() + in.ndim());
-    }
-    if (!t[3].is_none()) s.output = t[3].cast<py::array>().mutable_data();
-  }
-  q.dtype = static_cast<DataType>(t[4].cast<int32_t>());
-  q.reduce_op = static_cast<ReduceOp>(t[5].cast<int32_t>());
-  q.root = t[6].cast<int32_t>();
-  q.prescale = t[7].cast<double>();
-  q.postscale = t[8].cast<double>();
-  q.splits = t[9].cast<std::vector<int64_t>>();
-  q.group = t[10].cast<std::string>();
-  q.group_size = t[11].cast<int32_t>();
-  q.process_set = t[12].cast<int32_t>();
+  q.op = static_cast<OpType>(Field<int32_t>(op, "op"));
+  q.name = name;
+  SetBuffers(s, input, output);
+  q.dtype = static_cast<DataType>(Field<int32_t>(dtype, "dtype"));
+  q.reduce_op = static_cast<ReduceOp>(Field<int32_t>(reduce_op, "reduce_op"));
+  q.root = Field<int32_t>(root, "root");
+  q.prescale = Field<double>(prescale, "prescale");
+  q.postscale = Field<double>(postscale, "postscale");
+  if (PyObject_Length(splits.ptr()) != 0) q.splits = splits.cast<std::vector<int64_t>>();
+  q.group = group;
+  q.group_size = Field<int32_t>(group_size, "group_size");
+  q.process_set = Field<int32_t>(process_set, "process_set");
   return s;
+}
+
+// The engine's Submission and DeviceTensor as Python classes with named fields (collectives/submissions.py).
+void DefineSubmission(py::module_& m) {
+  py::class_<DeviceTensor>(m, "DeviceTensor")
+      .def(py::init(&MakeDeviceTensor), py::arg("ptr"), py::arg("shape"), py::arg("device"), py::arg("stream"))
+      .def_readonly("ptr", &DeviceTensor::ptr)
+      .def_readonly("shape", &DeviceTensor::shape)
+      .def_readonly("device", &DeviceTensor::device)
+      .def_readonly("stream", &DeviceTensor::stream);
+  auto request = [](auto field) { return [field](const Submission& s) { return s.request.*field; }; };
+  py::class_<Submission>(m, "Submission")
+      .def(py::init(&MakeSubmission), py::arg("op"), py::arg("name"), py::arg("input") = py::none(),
+           py::arg("output") = py::none(), py::arg("dtype") = 0, py::arg("reduce_op") = static_cast<int>(ReduceOp::SUM),
+           py::arg("root") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+           py::arg("splits") = py::tuple(), py::arg("group") = "", py::arg("group_size") = 0,
+           py::arg("process_set") = 0)
+      .def_property_readonly("op", [](const Submission& s) { return static_cast<int>(s.request.op); })
+      .def_property_readonly("name", request(&Request::name))
+      .def_property_readonly("dtype", [](const Submission& s) { return static_cast<int>(s.request.dtype); })
+      .def_property_readonly("reduce_op", [](const Submission& s) { return static_cast<int>(s.request.reduce_op); })
+      .def_property_readonly("root", request(&Request::root))
+      .def_property_readonly("prescale", request(&Request::prescale))
+      .def_property_readonly("postscale", request(&Request::postscale))
+      .def_property_readonly("shape", request(&Request::shape))
+      .def_property_readonly("splits", request(&Request::splits))
+      .def_property_readonly("device", request(&Request::device))
+      .def_property_readonly("group", request(&Request::group))
+      .def_property_readonly("group_size", request(&Request::group_size))
+      .def_property_readonly("process_set", request(&Request::process_set));
 }
 
 py::tuple ResultTuple(Result&& r) {
@@ -211,6 +253,7 @@ PYBIND11_MODULE(_engine, m) {
   // Before the interpreter finalizes, stop letting blocked threads take the GIL back (python_gil.h).
   py::module_::import("atexit").attr("register")(py::cpp_function([]() { gil::MarkExiting(); }));
 
+  DefineSubmission(m);
   py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>> engine(m, "Engine");
   DefineAllreduceNow(engine);
   engine
@@ -270,31 +313,21 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("gpu_allreduce_launches", &Engine::gpu_allreduce_launches)
       .def("enqueue",
            // caller_waits: the caller waits for these next (a synchronous verb; Engine::Enqueue).
-           [](Engine& e, const py::list& specs, bool caller_waits) {
+           [](Engine& e, const py::list& submissions, bool caller_waits) {
              std::vector<Submission> subs;
-             subs.reserve(specs.size());
-             for (const auto& item : specs) subs.push_back(SubmissionFromTuple(item.cast<py::tuple>()));
+             subs.reserve(submissions.size());
+             for (const auto& item : submissions) subs.push_back(item.cast<const Submission&>());
              std::vector<int64_t> handles;
              Status st = e.Enqueue(std::move(subs), &handles, caller_waits);
              return py::make_tuple(static_cast<int>(st.code), st.message, handles);
            },
-           py::arg("specs"), py::arg("caller_waits") = false)
+           py::arg("submissions"), py::arg("caller_waits") = false)
       .def("announce_failure",
-           // specs: (op, name, group, group_size, process_set) of the requests this rank could not
-           // submit; the other ranks fail those names with `reason` (see Engine::AnnounceFailure).
+           // The requests (engine.Submission: op, name, group, group_size, process_set) this rank
+           // could not submit; the other ranks fail those names with `reason` (Engine::AnnounceFailure).
            [](Engine& e, const py::list& specs, const std::string& reason) {
              std::vector<Request> reqs;
-             for (const auto& item : specs) {
-               py::tuple t = item.cast<py::tuple>();
-               if (t.size() != 5) throw py::value_error("announce_failure takes (op, name, group, group_size, process_set)");
-               Request q;
-               q.op = static_cast<OpType>(t[0].cast<int32_t>());
-               q.name = t[1].cast<std::string>();
-               q.group = t[2].cast<std::string>();
-               q.group_size = t[3].cast<int32_t>();
-               q.process_set = t[4].cast<int32_t>();
-               reqs.push_back(std::move(q));
-             }
+             for (const auto& item : specs) reqs.push_back(item.cast<const Submission&>().request);
              e.AnnounceFailure(std::move(reqs), reason);
            })
       .def("check_layout",

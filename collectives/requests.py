@@ -1,0 +1,175 @@
+"""A request's second step for host arrays: the tensor as the engine sees it (a C-contiguous
+numpy array of an engine dtype), its output, its engine Submission
+(collectives/submissions.py) and how its outcome becomes the user's result.
+
+Each function here takes the tensor and its request name, which the verb already resolved
+(collectives/arguments.py), and returns ``(submission, finish, keep_alive)``: ``finish(outcome)``
+gives the user's result from the engine's outcome of that submission, ``keep_alive`` the
+objects whose memory the engine uses until then. Checks that fail raise typed errors
+(collectives/arguments.py, collectives/arrays.py); the verb tells the other ranks
+(collectives/shared_failure.py).
+
+The common allreduce -- a C-contiguous numpy array of a supported dtype, a ReduceOp (or int)
+op, int or float scale factors, the global process set -- can only succeed, and a small one
+spends most of its Python time on argument handling. ``allreduce`` recognises that call by
+exact types (``type(x) is ...``, so bools, numpy scalars and subclasses take the general
+checks, whose error messages stay the only ones) and builds its Submission directly.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from . import arguments
+from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
+from .constants import OpType, ReduceOp
+from .errors import InvalidArgumentError
+from .process_set_registry import global_process_set, process_set_id, set_rank, set_size
+from .submissions import submission
+
+# Outputs up to this size come from numpy's allocator (cheaper than the engine's aligned
+# buffers); larger ones from the engine's buffer pool, whose reused mappings are already
+# faulted in (a fresh 16 MiB array costs about a millisecond of page faults).
+_SMALL_OUTPUT_BYTES = 64 * 1024
+
+_dtype_codes = {}  # numpy dtype -> engine DataType (int), for dtypes seen and supported
+_SCALARS = (float, int)
+_MAX_OP = max(ReduceOp)
+_ALLREDUCE = int(OpType.ALLREDUCE)
+_ndarray = np.ndarray
+
+
+def _dtype_code(dtype):
+    code = _dtype_codes.get(dtype)
+    if code is None:
+        try:
+            code = int(engine_dtype(dtype))
+        except Exception:  # noqa: BLE001 - unsupported: the general checks raise the typed error
+            return None
+        _dtype_codes[dtype] = code
+    return code
+
+
+def output_for(tensor):
+    """An uninitialized array like ``tensor`` for an out-of-place allreduce. Small ones are not
+    64-byte aligned; the TensorFlow adapter copies such a result into an aligned buffer before
+    handing it to TensorFlow (adapters/tensorflow/tensors.py), which costs what allocating it
+    aligned here would."""
+    if tensor.nbytes <= _SMALL_OUTPUT_BYTES:
+        return np.empty(tensor.shape, tensor.dtype)
+    return aligned_empty(tensor.shape, tensor.dtype)
+
+
+def _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplace, group, group_size):
+    """The common call's request, or None when the call is not it."""
+    if type(tensor) is not _ndarray or (process_set is not global_process_set and process_set is not None):
+        return None
+    flags = tensor.flags
+    if not flags.c_contiguous or (inplace and not flags.writeable):
+        return None
+    code = _dtype_code(tensor.dtype)
+    if code is None:
+        return None
+    if op is None:
+        op = 0  # Average
+    elif (type(op) is not ReduceOp and type(op) is not int) or not 0 <= op <= _MAX_OP:
+        return None
+    if type(prescale) not in _SCALARS or type(postscale) not in _SCALARS:
+        return None
+    prescale, postscale = float(prescale), float(postscale)
+    if not (math.isfinite(prescale) and math.isfinite(postscale)):
+        return None
+    out = tensor if inplace else output_for(tensor)
+    sub = submission(_ALLREDUCE, name, tensor, out, code, int(op), 0, prescale, postscale, (), group, group_size, 0)
+    return sub, lambda _: out, (tensor, out)
+
+
+def _inplace_target(conv, what):
+    """Where an in-place op writes: the user's memory, or a contiguous copy written back."""
+    if isinstance(conv.original, (np.generic, numbers.Number)):
+        raise InvalidArgumentError(f"{what} cannot modify a {type(conv.original).__name__} in place: Python and "
+                                   "numpy scalars are immutable (use the verb without '_' and its result)")
+    if not conv.view.flags.writeable:
+        raise InvalidArgumentError(f"{what} needs a writable array")
+    return conv.array if conv.array is conv.view else conv.array.copy()
+
+
+def _write_back(conv, out):
+    if out is not conv.view:
+        conv.view[...] = out
+    return conv.original
+
+
+def _reduction(op, name, arr, out, reduce_op, prescale, postscale, group, group_size, process_set):
+    return submission(int(op), name, arr, out, int(engine_dtype(arr.dtype)), int(arguments.reduce_op(reduce_op)),
+                      0, arguments.scale_factor(prescale, "prescale_factor"),
+                      arguments.scale_factor(postscale, "postscale_factor"), (), group, int(group_size),
+                      process_set_id(process_set))
+
+
+def allreduce(tensor, name, op, prescale, postscale, inplace, group="", group_size=0, process_set=None):
+    request = _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplace, group, group_size)
+    if request is not None:
+        return request
+    conv = Converted(tensor)
+    if inplace:
+        out = _inplace_target(conv, "allreduce_")
+        finish = lambda _: _write_back(conv, out)  # noqa: E731
+    else:
+        out = aligned_empty(conv.array.shape, conv.array.dtype)
+        finish = lambda _: conv.wrap(out)  # noqa: E731
+    sub = _reduction(OpType.ALLREDUCE, name, out if inplace else conv.array, out, op, prescale, postscale, group,
+                     group_size, process_set)
+    return sub, finish, (conv, out)
+
+
+def broadcast(tensor, name, root_rank, inplace, process_set=None):
+    conv = Converted(tensor)
+    if inplace:
+        out = _inplace_target(conv, "broadcast_")
+        arr, finish = out, lambda _: _write_back(conv, out)
+    else:
+        out = aligned_empty(conv.array.shape, conv.array.dtype)
+        arr, finish = conv.array, lambda _: conv.wrap(out)
+    sub = submission(int(OpType.BROADCAST), name, arr, out, int(engine_dtype(arr.dtype)),
+                     root=arguments.root_rank(root_rank), process_set=process_set_id(process_set))
+    return sub, finish, (conv, out)
+
+
+def allgather(tensor, name, group="", group_size=0, process_set=None):
+    conv = Converted(tensor)
+    arr = conv.array if conv.array.ndim > 0 else conv.array.reshape(1)  # a scalar gathers as one row
+    sub = submission(int(OpType.ALLGATHER), name, arr, None, int(engine_dtype(arr.dtype)), group=group,
+                     group_size=int(group_size), process_set=process_set_id(process_set))
+
+    def finish(outcome):
+        buffer, shape = outcome[2], outcome[3]
+        return conv.wrap(from_engine_buffer(buffer, shape, arr.dtype))
+
+    return sub, finish, (conv, arr)
+
+
+def alltoall(tensor, name, splits, process_set=None):
+    conv = Converted(tensor)
+    sub = submission(int(OpType.ALLTOALL), name, conv.array, None, int(engine_dtype(conv.array.dtype)),
+                     splits=arguments.splits(splits), process_set=process_set_id(process_set))
+
+    def finish(outcome):
+        # Always both, as Horovod's handles: alltoall() drops the splits when none were given.
+        buffer, shape, received = outcome[2:5]
+        output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
+        return output, conv.wrap_index(np.asarray(received, dtype=np.int32))
+
+    return sub, finish, conv
+
+
+def reducescatter(tensor, name, op, prescale, postscale, group="", group_size=0, process_set=None):
+    conv = Converted(tensor)
+    arr = conv.array
+    if arr.ndim == 0:
+        raise InvalidArgumentError(f"reducescatter needs a tensor with at least one dimension (tensor '{name}')")
+    n, r = set_size(process_set), set_rank(process_set)
+    rows = arr.shape[0] // n + (1 if r < arr.shape[0] % n else 0)
+    out = aligned_empty((rows,) + arr.shape[1:], arr.dtype)
+    sub = _reduction(OpType.REDUCESCATTER, name, arr, out, op, prescale, postscale, group, group_size, process_set)
+    return sub, lambda _: conv.wrap(out), (conv, out)

@@ -1,0 +1,90 @@
+"""A request's third step: the engine's Submission (named fields, csrc/bindings.cc) and its
+enqueueing. ``submit`` gives a Handle (collectives/handles.py, the last step); the synchronous
+verbs' ``run_now`` and ``allreduce_now`` wait here and give the result without one.
+
+The steps before: collectives/arguments.py checks the verbs' arguments, collectives/requests.py
+(host arrays) and collectives/device_ops.py (GPU arrays) turn a tensor into the engine's view of
+it and build its Submission."""
+from . import basics
+from ._loader import engine_module
+from .constants import ReduceOp
+from .errors import raise_for_status
+from .handles import Handle, keep_until_waited
+
+_SUM = int(ReduceOp.SUM)
+_new_submission = None  # engine.Submission, once the engine module is loaded
+
+
+def submission(op, name, input=None, output=None, dtype=0, reduce_op=_SUM, root=0, prescale=1.0, postscale=1.0,
+               splits=(), group="", group_size=0, process_set=0):
+    """engine.Submission: one request to the engine, from values the earlier steps checked.
+    ``input``/``output``: C-contiguous numpy arrays, engine.DeviceTensor for GPU memory, or
+    None. The engine's constructor takes them in this order: its keyword form costs about a
+    microsecond more per request (pybind11 matches keywords by name)."""
+    global _new_submission
+    if _new_submission is None:
+        _new_submission = engine_module().Submission
+    return _new_submission(op, name, input, output, dtype, reduce_op, root, prescale, postscale, splits, group,
+                           group_size, process_set)
+
+
+def _enqueue(submissions, caller_waits=False):
+    engine = basics.engine()
+    code, message, ids = engine.enqueue(submissions, caller_waits)
+    if code:
+        if not engine.running:
+            raise basics.stopped_error(engine, message)
+        raise_for_status(code, message)
+    return engine, ids
+
+
+def submit(submissions, finish, keep_alive):
+    """Enqueue engine submissions atomically; returns a Handle whose wait gives
+    ``finish(outcomes)``. ``keep_alive``: the objects whose memory the engine uses."""
+    engine, ids = _enqueue(submissions)
+    return keep_until_waited(Handle(engine, ids, finish, keep_alive))
+
+
+def run_now(submissions, finish, keep_alive):
+    """``synchronize(submit(...))`` without the Handle object, for the synchronous verbs. When
+    the wait is interrupted (a signal handler raised), the operation still runs in the engine:
+    a Handle then keeps its arrays alive, as ``submit`` would have. The engine thread is not
+    woken: this thread's wait runs the cycle itself when it can (csrc/engine_inline.cc)."""
+    engine, ids = _enqueue(submissions, True)
+    wait = engine.wait
+    outcomes = []
+    try:
+        for i in ids:
+            outcomes.append(wait(i))
+    except BaseException:
+        handle = Handle(engine, ids, finish, keep_alive)
+        handle._outcomes = outcomes  # a later wait would resume after these
+        keep_until_waited(handle)
+        raise
+    for code, message, *_ in outcomes:
+        raise_for_status(code, message)
+    return finish(outcomes)
+
+
+_REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/allreduce_now.cc
+
+
+def allreduce_now(tensor, name, op, prescale, postscale, inplace):
+    """The synchronous allreduce of a numpy array in one engine call (csrc/allreduce_now.cc):
+    the output array, or None when the call is not the common case and nothing was submitted
+    (the caller then takes the general path with the same name, which also raises when no
+    engine runs). Failures raise as in ``run_now``."""
+    engine = basics._engine
+    if engine is None:
+        return None
+    result = engine.allreduce_now(tensor, name, op, prescale, postscale, inplace)
+    if type(result) is not tuple:
+        return result
+    what, first, second, error = result
+    if what == _INTERRUPTED:  # as run_now: the request runs on, a Handle keeps its arrays alive
+        keep_until_waited(Handle(engine, [first], lambda _: second, (tensor, second)))
+        raise error
+    if what == _REFUSED and not engine.running:
+        raise basics.stopped_error(engine, second)
+    raise_for_status(first, second)
+    raise AssertionError(f"engine.allreduce_now returned {result!r}")  # a failure always has a nonzero code
