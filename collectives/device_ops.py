@@ -17,7 +17,8 @@ from .device_arrays import DeviceView, require_gpu
 from .errors import InvalidArgumentError
 from .process_set_registry import process_set_id, set_rank, set_size
 from .shared_failure import failing_together
-from .submissions import submission, submit
+from . import submissions
+from .submissions import submit
 
 _reduce_op = arguments.reduce_op
 
@@ -33,10 +34,12 @@ def _view(tensor):
 
 def _spec(op, name, view, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0, process_set=None, shape=None):
-    return submission(int(op), name, view.spec(shape), None if out is None else out.spec(), int(view.dtype),
-                      int(reduce_op), arguments.root_rank(root), arguments.scale_factor(prescale, "prescale_factor"),
-                      arguments.scale_factor(postscale, "postscale_factor"), list(splits), group, int(group_size),
-                      process_set_id(process_set))
+    return submissions.submission(int(op), name, input=view.spec(shape), output=None if out is None else out.spec(),
+                                  dtype=int(view.dtype), reduce_op=int(reduce_op), root=arguments.root_rank(root),
+                                  prescale=arguments.scale_factor(prescale, "prescale_factor"),
+                                  postscale=arguments.scale_factor(postscale, "postscale_factor"),
+                                  splits=list(splits), group=group, group_size=int(group_size),
+                                  process_set=process_set_id(process_set))
 
 
 # ---------------------------------------------------------------- allreduce

@@ -17,7 +17,8 @@ from .device_arrays import on_device as _on_device
 from .handles import synchronize
 from .process_set_registry import global_process_set, process_set_id
 from .shared_failure import announce, failing_together
-from .submissions import allreduce_now, run_now, submission, submit
+from . import submissions
+from .submissions import allreduce_now, run_now, submit
 
 
 def _auto_name(kind, process_set=None):
@@ -32,15 +33,15 @@ def _name(name, kind, process_set):
 _ndarray = np.ndarray
 
 
-def _one(op, name, process_set, prepare, *args, wait=False):
-    """One request: ``prepare(tensor, name, ...)`` (collectives/requests.py), the other ranks told
-    if it raises, then submitted; a Handle, or with ``wait`` the result."""
+def _one(op, name, process_set, prepare, args, wait=False):
+    """One request: ``prepare(*args)`` (collectives/requests.py), the other ranks told if it
+    raises, then submitted; a Handle, or with ``wait`` the result."""
     try:  # not failing_together: a generator's context manager costs about a microsecond
         sub, finish, keep_alive = prepare(*args)
     except Exception as error:
         announce(op, [name], process_set, error)
         raise
-    return (run_now if wait else submit)([sub], lambda outcomes: finish(outcomes[0]), keep_alive)
+    return (run_now if wait else submit)([sub], finish, keep_alive)
 
 
 def _group(op, kind, name, process_set, prepare, tensors, *args):
@@ -52,7 +53,7 @@ def _group(op, kind, name, process_set, prepare, tensors, *args):
     names = arguments.member_names(group, size)
     with failing_together(op, names, process_set, group, size):
         prepared = [prepare(t, n, *args, group, size, process_set) for n, t in zip(names, tensors)]
-    finish = lambda outcomes: [f(o) for (_, f, _), o in zip(prepared, outcomes)]  # noqa: E731
+    finish = lambda outcomes: [f(outcomes[i:i + 1]) for i, (_, f, _) in enumerate(prepared)]  # noqa: E731
     return submit([sub for sub, _, _ in prepared], finish, [keep for _, _, keep in prepared])
 
 
@@ -70,8 +71,8 @@ def _allreduce_start(tensor, op, name, prescale_factor, postscale_factor, proces
         result = allreduce_now(tensor, name, op, prescale_factor, postscale_factor, inplace)
         if result is not None:
             return result
-    return _one(OpType.ALLREDUCE, name, process_set, requests.allreduce, tensor, name, op, prescale_factor,
-                postscale_factor, inplace, "", 0, process_set, wait=wait)
+    return _one(OpType.ALLREDUCE, name, process_set, requests.allreduce,
+                (tensor, name, op, prescale_factor, postscale_factor, inplace, "", 0, process_set), wait)
 
 
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -157,7 +158,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     if _on_device(tensor):
         return device_ops.broadcast_async(tensor, root_rank, name, process_set)
     name = _name(name, "broadcast", process_set)
-    return _one(OpType.BROADCAST, name, process_set, requests.broadcast, tensor, name, root_rank, False, process_set)
+    return _one(OpType.BROADCAST, name, process_set, requests.broadcast, (tensor, name, root_rank, False, process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -165,7 +166,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     if _on_device(tensor):
         return device_ops.broadcast_async_(tensor, root_rank, name, process_set)
     name = _name(name, "broadcast", process_set)
-    return _one(OpType.BROADCAST, name, process_set, requests.broadcast, tensor, name, root_rank, True, process_set)
+    return _one(OpType.BROADCAST, name, process_set, requests.broadcast, (tensor, name, root_rank, True, process_set))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -184,7 +185,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     if _on_device(tensor):
         return device_ops.allgather_async(tensor, name, process_set)
     name = _name(name, "allgather", process_set)
-    return _one(OpType.ALLGATHER, name, process_set, requests.allgather, tensor, name, "", 0, process_set)
+    return _one(OpType.ALLGATHER, name, process_set, requests.allgather, (tensor, name, "", 0, process_set))
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -212,7 +213,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if _on_device(tensor):
         return device_ops.alltoall_async(tensor, splits, name, process_set)
     name = _name(name, "alltoall", process_set)
-    return _one(OpType.ALLTOALL, name, process_set, requests.alltoall, tensor, name, splits, process_set)
+    return _one(OpType.ALLTOALL, name, process_set, requests.alltoall, (tensor, name, splits, process_set))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -230,8 +231,8 @@ def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, post
     if _on_device(tensor):
         return device_ops.reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set)
     name = _name(name, "reducescatter", process_set)
-    return _one(OpType.REDUCESCATTER, name, process_set, requests.reducescatter, tensor, name, op, prescale_factor,
-                postscale_factor, "", 0, process_set)
+    return _one(OpType.REDUCESCATTER, name, process_set, requests.reducescatter,
+                (tensor, name, op, prescale_factor, postscale_factor, "", 0, process_set))
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -262,8 +263,8 @@ def barrier(name=None, process_set=global_process_set):
     """Block until every rank of ``process_set`` has called barrier."""
     name = _name(name, "barrier", process_set)
     empty = np.empty(0, dtype=np.uint8)
-    sub = submission(int(OpType.BARRIER), name, empty, None, int(engine_dtype(empty.dtype)),
-                     process_set=process_set_id(process_set))
+    sub = submissions.submission(int(OpType.BARRIER), name, input=empty, dtype=int(engine_dtype(empty.dtype)),
+                                 process_set=process_set_id(process_set))
     synchronize(submit([sub], lambda _: None, None))
 
 
@@ -277,5 +278,5 @@ def join(device=-1):
 
 def control_request(op, name, splits=(), root=0):
     """Submit a control operation (join, process-set changes) and wait; returns its value."""
-    sub = submission(int(op), name, reduce_op=0, root=int(root), splits=[int(s) for s in splits])
+    sub = submissions.submission(int(op), name, reduce_op=0, root=int(root), splits=[int(s) for s in splits])
     return synchronize(submit([sub], lambda outcomes: int(outcomes[0][5]), None))

@@ -3,9 +3,9 @@ numpy array of an engine dtype), its output, its engine Submission
 (collectives/submissions.py) and how its outcome becomes the user's result.
 
 Each function here takes the tensor and its request name, which the verb already resolved
-(collectives/arguments.py), and returns ``(submission, finish, keep_alive)``: ``finish(outcome)``
-gives the user's result from the engine's outcome of that submission, ``keep_alive`` the
-objects whose memory the engine uses until then. Checks that fail raise typed errors
+(collectives/arguments.py), and returns ``(submission, finish, keep_alive)``: ``finish(outcomes)``
+gives the user's result from the engine's outcomes (a list of one: this submission's),
+``keep_alive`` the objects whose memory the engine uses until then. Checks that fail raise typed errors
 (collectives/arguments.py, collectives/arrays.py); the verb tells the other ranks
 (collectives/shared_failure.py).
 
@@ -25,7 +25,7 @@ from .arrays import Converted, aligned_empty, engine_dtype, from_engine_buffer
 from .constants import OpType, ReduceOp
 from .errors import InvalidArgumentError
 from .process_set_registry import global_process_set, process_set_id, set_rank, set_size
-from .submissions import submission
+from . import submissions
 
 # Outputs up to this size come from numpy's allocator (cheaper than the engine's aligned
 # buffers); larger ones from the engine's buffer pool, whose reused mappings are already
@@ -80,7 +80,8 @@ def _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplac
     if not (math.isfinite(prescale) and math.isfinite(postscale)):
         return None
     out = tensor if inplace else output_for(tensor)
-    sub = submission(_ALLREDUCE, name, tensor, out, code, int(op), 0, prescale, postscale, (), group, group_size, 0)
+    sub = submissions.submission(_ALLREDUCE, name, input=tensor, output=out, dtype=code, reduce_op=int(op),
+                                 prescale=prescale, postscale=postscale, group=group, group_size=group_size)
     return sub, lambda _: out, (tensor, out)
 
 
@@ -101,10 +102,11 @@ def _write_back(conv, out):
 
 
 def _reduction(op, name, arr, out, reduce_op, prescale, postscale, group, group_size, process_set):
-    return submission(int(op), name, arr, out, int(engine_dtype(arr.dtype)), int(arguments.reduce_op(reduce_op)),
-                      0, arguments.scale_factor(prescale, "prescale_factor"),
-                      arguments.scale_factor(postscale, "postscale_factor"), (), group, int(group_size),
-                      process_set_id(process_set))
+    return submissions.submission(int(op), name, input=arr, output=out, dtype=int(engine_dtype(arr.dtype)),
+                                  reduce_op=int(arguments.reduce_op(reduce_op)),
+                                  prescale=arguments.scale_factor(prescale, "prescale_factor"),
+                                  postscale=arguments.scale_factor(postscale, "postscale_factor"), group=group,
+                                  group_size=int(group_size), process_set=process_set_id(process_set))
 
 
 def allreduce(tensor, name, op, prescale, postscale, inplace, group="", group_size=0, process_set=None):
@@ -131,19 +133,20 @@ def broadcast(tensor, name, root_rank, inplace, process_set=None):
     else:
         out = aligned_empty(conv.array.shape, conv.array.dtype)
         arr, finish = conv.array, lambda _: conv.wrap(out)
-    sub = submission(int(OpType.BROADCAST), name, arr, out, int(engine_dtype(arr.dtype)),
-                     root=arguments.root_rank(root_rank), process_set=process_set_id(process_set))
+    sub = submissions.submission(int(OpType.BROADCAST), name, input=arr, output=out,
+                                 dtype=int(engine_dtype(arr.dtype)), root=arguments.root_rank(root_rank),
+                                 process_set=process_set_id(process_set))
     return sub, finish, (conv, out)
 
 
 def allgather(tensor, name, group="", group_size=0, process_set=None):
     conv = Converted(tensor)
     arr = conv.array if conv.array.ndim > 0 else conv.array.reshape(1)  # a scalar gathers as one row
-    sub = submission(int(OpType.ALLGATHER), name, arr, None, int(engine_dtype(arr.dtype)), group=group,
-                     group_size=int(group_size), process_set=process_set_id(process_set))
+    sub = submissions.submission(int(OpType.ALLGATHER), name, input=arr, dtype=int(engine_dtype(arr.dtype)),
+                                 group=group, group_size=int(group_size), process_set=process_set_id(process_set))
 
-    def finish(outcome):
-        buffer, shape = outcome[2], outcome[3]
+    def finish(outcomes):
+        buffer, shape = outcomes[0][2:4]
         return conv.wrap(from_engine_buffer(buffer, shape, arr.dtype))
 
     return sub, finish, (conv, arr)
@@ -151,12 +154,13 @@ def allgather(tensor, name, group="", group_size=0, process_set=None):
 
 def alltoall(tensor, name, splits, process_set=None):
     conv = Converted(tensor)
-    sub = submission(int(OpType.ALLTOALL), name, conv.array, None, int(engine_dtype(conv.array.dtype)),
-                     splits=arguments.splits(splits), process_set=process_set_id(process_set))
+    sub = submissions.submission(int(OpType.ALLTOALL), name, input=conv.array,
+                                 dtype=int(engine_dtype(conv.array.dtype)), splits=arguments.splits(splits),
+                                 process_set=process_set_id(process_set))
 
-    def finish(outcome):
+    def finish(outcomes):
         # Always both, as Horovod's handles: alltoall() drops the splits when none were given.
-        buffer, shape, received = outcome[2:5]
+        buffer, shape, received = outcomes[0][2:5]
         output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
         return output, conv.wrap_index(np.asarray(received, dtype=np.int32))
 

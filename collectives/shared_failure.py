@@ -10,7 +10,7 @@ import contextlib
 
 from . import basics
 from .process_set_registry import process_set_id
-from .submissions import submission
+from . import submissions
 
 
 @contextlib.contextmanager
@@ -35,8 +35,8 @@ def announce(op, names, process_set, error, group="", group_size=0):
         return
     reason = f"{type(error).__name__}: {error}"
     try:
-        failed = [submission(int(op), n, group=group, group_size=int(group_size), process_set=set_id)
-                  for n in names if isinstance(n, str)]
+        failed = [submissions.submission(int(op), n, group=group, group_size=int(group_size),
+                                         process_set=set_id) for n in names if isinstance(n, str)]
         engine.announce_failure(failed, reason)
     except Exception:  # noqa: BLE001 - e.g. a name that is not valid text
         pass

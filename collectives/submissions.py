@@ -7,25 +7,24 @@ The steps before: collectives/arguments.py checks the verbs' arguments, collecti
 it and build its Submission."""
 from . import basics
 from ._loader import engine_module
-from .constants import ReduceOp
 from .errors import raise_for_status
-from .handles import Handle, keep_until_waited
-
-_SUM = int(ReduceOp.SUM)
-_new_submission = None  # engine.Submission, once the engine module is loaded
+from .handles import Handle, _outstanding, keep_until_waited
 
 
-def submission(op, name, input=None, output=None, dtype=0, reduce_op=_SUM, root=0, prescale=1.0, postscale=1.0,
-               splits=(), group="", group_size=0, process_set=0):
-    """engine.Submission: one request to the engine, from values the earlier steps checked.
-    ``input``/``output``: C-contiguous numpy arrays, engine.DeviceTensor for GPU memory, or
-    None. The engine's constructor takes them in this order: its keyword form costs about a
-    microsecond more per request (pybind11 matches keywords by name)."""
-    global _new_submission
-    if _new_submission is None:
-        _new_submission = engine_module().Submission
-    return _new_submission(op, name, input, output, dtype, reduce_op, root, prescale, postscale, splits, group,
-                           group_size, process_set)
+
+def __getattr__(attribute):
+    """``submission``: the engine's ``submission(op, name, input=None, output=None, dtype=0,
+    reduce_op=SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="", group_size=0,
+    process_set=0)``, which builds an engine.Submission (csrc/bindings.cc) from values the earlier
+    steps checked; ``input``/``output``: C-contiguous numpy arrays, engine.DeviceTensor for GPU
+    memory, or None. Looked up here on first use, so that importing collectives does not load
+    the engine (and MPI); callers write ``submissions.submission(...)``, a module attribute from
+    then on."""
+    if attribute != "submission":
+        raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+    global submission
+    submission = engine_module().submission
+    return submission
 
 
 def _enqueue(submissions, caller_waits=False):
@@ -42,7 +41,9 @@ def submit(submissions, finish, keep_alive):
     """Enqueue engine submissions atomically; returns a Handle whose wait gives
     ``finish(outcomes)``. ``keep_alive``: the objects whose memory the engine uses."""
     engine, ids = _enqueue(submissions)
-    return keep_until_waited(Handle(engine, ids, finish, keep_alive))
+    handle = Handle(engine, ids, finish, keep_alive)
+    _outstanding[id(handle)] = handle  # keep_until_waited, inline: this is every async verb's path
+    return handle
 
 
 def run_now(submissions, finish, keep_alive):

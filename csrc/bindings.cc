@@ -5,7 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
-#include <type_traits>
+#include <climits>
 
 #include "bindings_common.h"
 #include "dlpack_export.h"
@@ -87,69 +87,120 @@ DeviceTensor MakeDeviceTensor(uintptr_t ptr, std::vector<int64_t> shape, int32_t
 // the engine allocates it). Both in GPU memory or both on the host.
 void SetBuffers(Submission& s, py::handle input, py::handle output) {
   Request& q = s.request;
-  const bool on_device = py::isinstance<DeviceTensor>(input) || py::isinstance<DeviceTensor>(output);
-  if (on_device) {
-    for (py::handle h : {input, output})
-      if (!h.is_none() && !py::isinstance<DeviceTensor>(h))
-        throw py::value_error("input and output must both be in GPU memory (or the output None)");
-    // The input describes the request; an output alone (no input) does.
-    const py::handle described = input.is_none() ? output : input;
-    if (!described.is_none()) {
-      const auto& d = described.cast<const DeviceTensor&>();
-      q.shape = d.shape;
-      q.device = d.device;
-      s.stream = d.stream;
+  const bool host = (input.is_none() || py::isinstance<py::array>(input)) &&
+                    (output.is_none() || py::isinstance<py::array>(output));
+  if (host) {
+    if (!input.is_none()) {
+      const auto in = py::reinterpret_borrow<py::array>(input);
+      s.input = in.data();
+      q.shape.assign(in.shape(), in.shape() + in.ndim());
     }
-    if (!input.is_none()) s.input = reinterpret_cast<const void*>(input.cast<const DeviceTensor&>().ptr);
-    if (!output.is_none()) s.output = reinterpret_cast<void*>(output.cast<const DeviceTensor&>().ptr);
+    if (!output.is_none()) s.output = py::reinterpret_borrow<py::array>(output).mutable_data();
     return;
   }
-  if (!input.is_none()) {
-    py::array in = py::reinterpret_borrow<py::object>(input).cast<py::array>();
-    s.input = in.data();
-    q.shape.assign(in.shape(), in.shape() + in.ndim());
-  }
-  if (!output.is_none()) s.output = py::reinterpret_borrow<py::object>(output).cast<py::array>().mutable_data();
+  for (py::handle h : {input, output})
+    if (!h.is_none() && !py::isinstance<DeviceTensor>(h))
+      throw py::type_error("a submission's input and output are numpy arrays, or both engine.DeviceTensor (or None)");
+  // The input describes the request; an output alone (no input) does.
+  const auto& described = (input.is_none() ? output : input).cast<const DeviceTensor&>();
+  q.shape = described.shape;
+  q.device = described.device;
+  s.stream = described.stream;
+  if (!input.is_none()) s.input = reinterpret_cast<const void*>(input.cast<const DeviceTensor&>().ptr);
+  if (!output.is_none()) s.output = reinterpret_cast<void*>(output.cast<const DeviceTensor&>().ptr);
 }
 
-// A field's value as C++ type T, or TypeError naming the field. Plain CPython calls: pybind11's
-// casters for 13 arguments cost as much again as the rest of an 8-byte request's Python work.
-template <typename T>
-T Field(py::handle value, const char* field) {
-  if constexpr (std::is_same_v<T, double>) {
-    const double v = PyFloat_AsDouble(value.ptr());
-    if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
-    return v;
-  } else {
-    if (!PyLong_Check(value.ptr())) throw py::type_error(std::string("Submission.") + field + " must be an int");
-    const long long v = PyLong_AsLongLong(value.ptr());
-    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-    return static_cast<T>(v);
-  }
+// engine.submission(op, name, input=None, output=None, dtype=0, reduce_op=SUM, root=0,
+// prescale=1.0, postscale=1.0, splits=(), group="", group_size=0, process_set=0): one request as
+// an engine.Submission, its fields named as Request's (message.h) and converted to the engine's
+// types once, here (enqueue then copies the struct). A plain CPython function: pybind11's
+// dispatcher took 0.5-0.9 us for these 13 arguments, more than the rest of the Python work of an
+// 8-byte allreduce_async.
+constexpr const char* kSubmissionFields[] = {"op",       "name",      "input", "output", "dtype",
+                                             "reduce_op", "root",     "prescale", "postscale", "splits",
+                                             "group",    "group_size", "process_set"};
+constexpr int kNumSubmissionFields = 13;
+PyObject* g_field_names[kNumSubmissionFields];  // interned, when the module loads
+
+int32_t Int32Field(PyObject* value, const char* field) {
+  if (!PyLong_Check(value)) throw py::type_error(std::string("submission: ") + field + " must be an int");
+  const long v = PyLong_AsLong(value);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (v < INT32_MIN || v > INT32_MAX) throw py::value_error(std::string("submission: ") + field + " out of range");
+  return static_cast<int32_t>(v);
 }
 
-// engine.Submission(...): one request, its fields named as Request's (message.h). Converted to
-// the engine's types once, here; enqueue then copies the struct.
-Submission MakeSubmission(py::handle op, const std::string& name, py::handle input, py::handle output,
-                          py::handle dtype, py::handle reduce_op, py::handle root, py::handle prescale,
-                          py::handle postscale, py::handle splits, const std::string& group, py::handle group_size,
-                          py::handle process_set) {
+double DoubleField(PyObject* value) {
+  const double v = PyFloat_AsDouble(value);
+  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+std::string TextField(PyObject* value, const char* field) {
+  if (!PyUnicode_Check(value)) throw py::type_error(std::string("submission: ") + field + " must be a str");
+  Py_ssize_t len = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(value, &len);
+  if (utf8 == nullptr) throw py::error_already_set();
+  return std::string(utf8, static_cast<size_t>(len));
+}
+
+Submission SubmissionFromFields(PyObject* const* f) {
   Submission s;
   Request& q = s.request;
-  q.op = static_cast<OpType>(Field<int32_t>(op, "op"));
-  q.name = name;
-  SetBuffers(s, input, output);
-  q.dtype = static_cast<DataType>(Field<int32_t>(dtype, "dtype"));
-  q.reduce_op = static_cast<ReduceOp>(Field<int32_t>(reduce_op, "reduce_op"));
-  q.root = Field<int32_t>(root, "root");
-  q.prescale = Field<double>(prescale, "prescale");
-  q.postscale = Field<double>(postscale, "postscale");
-  if (PyObject_Length(splits.ptr()) != 0) q.splits = splits.cast<std::vector<int64_t>>();
-  q.group = group;
-  q.group_size = Field<int32_t>(group_size, "group_size");
-  q.process_set = Field<int32_t>(process_set, "process_set");
+  q.op = static_cast<OpType>(Int32Field(f[0], "op"));
+  q.name = TextField(f[1], "name");
+  SetBuffers(s, f[2] ? f[2] : Py_None, f[3] ? f[3] : Py_None);
+  q.dtype = static_cast<DataType>(f[4] ? Int32Field(f[4], "dtype") : 0);
+  if (f[5]) q.reduce_op = static_cast<ReduceOp>(Int32Field(f[5], "reduce_op"));
+  if (f[6]) q.root = Int32Field(f[6], "root");
+  if (f[7]) q.prescale = DoubleField(f[7]);
+  if (f[8]) q.postscale = DoubleField(f[8]);
+  if (f[9] && PyObject_Length(f[9]) != 0) q.splits = py::handle(f[9]).cast<std::vector<int64_t>>();
+  if (f[10]) q.group = TextField(f[10], "group");
+  if (f[11]) q.group_size = Int32Field(f[11], "group_size");
+  if (f[12]) q.process_set = Int32Field(f[12], "process_set");
   return s;
 }
+
+int FieldIndex(PyObject* key) {
+  for (int i = 0; i < kNumSubmissionFields; ++i)
+    if (key == g_field_names[i]) return i;  // keywords written in code are interned: the same objects
+  for (int i = 0; i < kNumSubmissionFields; ++i)
+    if (PyUnicode_Compare(key, g_field_names[i]) == 0) return i;
+  return -1;
+}
+
+PyObject* NewSubmission(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    PyObject* fields[kNumSubmissionFields] = {};
+    if (nargs > kNumSubmissionFields) throw py::type_error("submission() takes at most 13 arguments");
+    for (Py_ssize_t i = 0; i < nargs; ++i) fields[i] = args[i];
+    const Py_ssize_t named = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < named; ++k) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+      const int i = FieldIndex(key);
+      if (i < 0)
+        throw py::type_error("submission() got an unexpected keyword argument " + py::repr(key).cast<std::string>());
+      if (fields[i]) throw py::type_error(std::string("submission() got two values for ") + kSubmissionFields[i]);
+      fields[i] = args[nargs + k];
+    }
+    if (!fields[0] || !fields[1]) throw py::type_error("submission() needs op and name");
+    return py::cast(SubmissionFromFields(fields)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef g_new_submission = {"submission",
+                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&NewSubmission)),
+                                METH_FASTCALL | METH_KEYWORDS,
+                                "submission(op, name, input=None, output=None, dtype=0, reduce_op=SUM, root=0, "
+                                "prescale=1.0, postscale=1.0, splits=(), group='', group_size=0, process_set=0)"};
 
 // The engine's Submission and DeviceTensor as Python classes with named fields (collectives/submissions.py).
 void DefineSubmission(py::module_& m) {
@@ -160,12 +211,9 @@ void DefineSubmission(py::module_& m) {
       .def_readonly("device", &DeviceTensor::device)
       .def_readonly("stream", &DeviceTensor::stream);
   auto request = [](auto field) { return [field](const Submission& s) { return s.request.*field; }; };
-  py::class_<Submission>(m, "Submission")
-      .def(py::init(&MakeSubmission), py::arg("op"), py::arg("name"), py::arg("input") = py::none(),
-           py::arg("output") = py::none(), py::arg("dtype") = 0, py::arg("reduce_op") = static_cast<int>(ReduceOp::SUM),
-           py::arg("root") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
-           py::arg("splits") = py::tuple(), py::arg("group") = "", py::arg("group_size") = 0,
-           py::arg("process_set") = 0)
+  for (int i = 0; i < kNumSubmissionFields; ++i) g_field_names[i] = PyUnicode_InternFromString(kSubmissionFields[i]);
+  m.attr("submission") = py::reinterpret_steal<py::object>(PyCFunction_New(&g_new_submission, nullptr));
+  py::class_<Submission>(m, "Submission")  // built by engine.submission, read back by these names
       .def_property_readonly("op", [](const Submission& s) { return static_cast<int>(s.request.op); })
       .def_property_readonly("name", request(&Request::name))
       .def_property_readonly("dtype", [](const Submission& s) { return static_cast<int>(s.request.dtype); })
