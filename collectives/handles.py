@@ -19,7 +19,7 @@ class Handle:
     def __init__(self, engine, ids, finish, keep_alive):
         self._engine = engine
         self._ids = list(ids)
-        self._finish = finish          # callable(list of outcomes) -> user result
+        self._finish = finish          # finish(list of outcomes, keep_alive) -> user result
         self._keep_alive = keep_alive
         self._result = None
         self._error = None
@@ -50,14 +50,14 @@ class Handle:
         self._outcomes = None
         _outstanding.pop(id(self), None)
         self._done = True
-        self._keep_alive = None
+        keep_alive, self._keep_alive = self._keep_alive, None
         try:
             for code, message, *_ in outcomes:
                 raise_for_status(code, message)
         except Exception as error:  # a failed operation fails again on every later wait
             self._error = error
             raise
-        self._result = self._finish(outcomes)
+        self._result = self._finish(outcomes, keep_alive)
         return self._result
 
     def __repr__(self):

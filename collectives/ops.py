@@ -53,8 +53,12 @@ def _group(op, kind, name, process_set, prepare, tensors, *args):
     names = arguments.member_names(group, size)
     with failing_together(op, names, process_set, group, size):
         prepared = [prepare(t, n, *args, group, size, process_set) for n, t in zip(names, tensors)]
-    finish = lambda outcomes: [f(outcomes[i:i + 1]) for i, (_, f, _) in enumerate(prepared)]  # noqa: E731
-    return submit([sub for sub, _, _ in prepared], finish, [keep for _, _, keep in prepared])
+    return submit([sub for sub, _, _ in prepared], _members_results, prepared)
+
+
+def _members_results(outcomes, prepared):
+    """A grouped request's results: each member's ``finish`` on its own outcome and objects."""
+    return [finish(outcomes[i:i + 1], keep) for i, (_, finish, keep) in enumerate(prepared)]
 
 
 # ---------------------------------------------------------------- allreduce
@@ -265,7 +269,7 @@ def barrier(name=None, process_set=global_process_set):
     empty = np.empty(0, dtype=np.uint8)
     sub = submissions.submission(int(OpType.BARRIER), name, input=empty, dtype=int(engine_dtype(empty.dtype)),
                                  process_set=process_set_id(process_set))
-    synchronize(submit([sub], lambda _: None, None))
+    synchronize(submit([sub], lambda *_: None, None))
 
 
 def join(device=-1):
@@ -279,4 +283,4 @@ def join(device=-1):
 def control_request(op, name, splits=(), root=0):
     """Submit a control operation (join, process-set changes) and wait; returns its value."""
     sub = submissions.submission(int(op), name, reduce_op=0, root=int(root), splits=[int(s) for s in splits])
-    return synchronize(submit([sub], lambda outcomes: int(outcomes[0][5]), None))
+    return synchronize(submit([sub], lambda outcomes, _: int(outcomes[0][5]), None))

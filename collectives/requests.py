@@ -3,9 +3,11 @@ numpy array of an engine dtype), its output, its engine Submission
 (collectives/submissions.py) and how its outcome becomes the user's result.
 
 Each function here takes the tensor and its request name, which the verb already resolved
-(collectives/arguments.py), and returns ``(submission, finish, keep_alive)``: ``finish(outcomes)``
-gives the user's result from the engine's outcomes (a list of one: this submission's),
-``keep_alive`` the objects whose memory the engine uses until then. Checks that fail raise typed errors
+(collectives/arguments.py), and returns ``(submission, finish, keep_alive)``: ``keep_alive`` holds
+the objects whose memory the engine uses, and ``finish(outcomes, keep_alive)`` (one of the
+functions at the end of this file) makes the user's result from them and the engine's outcomes
+(a list of one: this submission's). No closure per request: a grouped allreduce makes one
+request per tensor. Checks that fail raise typed errors
 (collectives/arguments.py, collectives/arrays.py); the verb tells the other ranks
 (collectives/shared_failure.py).
 
@@ -82,7 +84,7 @@ def _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplac
     out = tensor if inplace else output_for(tensor)
     sub = submissions.submission(_ALLREDUCE, name, input=tensor, output=out, dtype=code, reduce_op=int(op),
                                  prescale=prescale, postscale=postscale, group=group, group_size=group_size)
-    return sub, lambda _: out, (tensor, out)
+    return sub, _output, (tensor, out)
 
 
 def _inplace_target(conv, what):
@@ -93,12 +95,6 @@ def _inplace_target(conv, what):
     if not conv.view.flags.writeable:
         raise InvalidArgumentError(f"{what} needs a writable array")
     return conv.array if conv.array is conv.view else conv.array.copy()
-
-
-def _write_back(conv, out):
-    if out is not conv.view:
-        conv.view[...] = out
-    return conv.original
 
 
 def _reduction(op, name, arr, out, reduce_op, prescale, postscale, group, group_size, process_set):
@@ -114,29 +110,20 @@ def allreduce(tensor, name, op, prescale, postscale, inplace, group="", group_si
     if request is not None:
         return request
     conv = Converted(tensor)
-    if inplace:
-        out = _inplace_target(conv, "allreduce_")
-        finish = lambda _: _write_back(conv, out)  # noqa: E731
-    else:
-        out = aligned_empty(conv.array.shape, conv.array.dtype)
-        finish = lambda _: conv.wrap(out)  # noqa: E731
+    out = _inplace_target(conv, "allreduce_") if inplace else aligned_empty(conv.array.shape, conv.array.dtype)
     sub = _reduction(OpType.ALLREDUCE, name, out if inplace else conv.array, out, op, prescale, postscale, group,
                      group_size, process_set)
-    return sub, finish, (conv, out)
+    return sub, _written_back if inplace else _converted_output, (conv, out)
 
 
 def broadcast(tensor, name, root_rank, inplace, process_set=None):
     conv = Converted(tensor)
-    if inplace:
-        out = _inplace_target(conv, "broadcast_")
-        arr, finish = out, lambda _: _write_back(conv, out)
-    else:
-        out = aligned_empty(conv.array.shape, conv.array.dtype)
-        arr, finish = conv.array, lambda _: conv.wrap(out)
+    out = _inplace_target(conv, "broadcast_") if inplace else aligned_empty(conv.array.shape, conv.array.dtype)
+    arr = out if inplace else conv.array
     sub = submissions.submission(int(OpType.BROADCAST), name, input=arr, output=out,
                                  dtype=int(engine_dtype(arr.dtype)), root=arguments.root_rank(root_rank),
                                  process_set=process_set_id(process_set))
-    return sub, finish, (conv, out)
+    return sub, _written_back if inplace else _converted_output, (conv, out)
 
 
 def allgather(tensor, name, group="", group_size=0, process_set=None):
@@ -144,12 +131,7 @@ def allgather(tensor, name, group="", group_size=0, process_set=None):
     arr = conv.array if conv.array.ndim > 0 else conv.array.reshape(1)  # a scalar gathers as one row
     sub = submissions.submission(int(OpType.ALLGATHER), name, input=arr, dtype=int(engine_dtype(arr.dtype)),
                                  group=group, group_size=int(group_size), process_set=process_set_id(process_set))
-
-    def finish(outcomes):
-        buffer, shape = outcomes[0][2:4]
-        return conv.wrap(from_engine_buffer(buffer, shape, arr.dtype))
-
-    return sub, finish, (conv, arr)
+    return sub, _gathered, (conv, arr)
 
 
 def alltoall(tensor, name, splits, process_set=None):
@@ -157,14 +139,7 @@ def alltoall(tensor, name, splits, process_set=None):
     sub = submissions.submission(int(OpType.ALLTOALL), name, input=conv.array,
                                  dtype=int(engine_dtype(conv.array.dtype)), splits=arguments.splits(splits),
                                  process_set=process_set_id(process_set))
-
-    def finish(outcomes):
-        # Always both, as Horovod's handles: alltoall() drops the splits when none were given.
-        buffer, shape, received = outcomes[0][2:5]
-        output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
-        return output, conv.wrap_index(np.asarray(received, dtype=np.int32))
-
-    return sub, finish, conv
+    return sub, _exchanged, conv
 
 
 def reducescatter(tensor, name, op, prescale, postscale, group="", group_size=0, process_set=None):
@@ -176,4 +151,39 @@ def reducescatter(tensor, name, op, prescale, postscale, group="", group_size=0,
     rows = arr.shape[0] // n + (1 if r < arr.shape[0] % n else 0)
     out = aligned_empty((rows,) + arr.shape[1:], arr.dtype)
     sub = _reduction(OpType.REDUCESCATTER, name, arr, out, op, prescale, postscale, group, group_size, process_set)
-    return sub, lambda _: conv.wrap(out), (conv, out)
+    return sub, _converted_output, (conv, out)
+
+
+# ---------------------------------------------------------------- finish(outcomes, keep_alive)
+
+def _output(outcomes, keep):
+    """The common allreduce's: its output array."""
+    return keep[1]
+
+
+def _converted_output(outcomes, keep):
+    """The output array in the caller's type."""
+    conv, out = keep
+    return conv.wrap(out)
+
+
+def _written_back(outcomes, keep):
+    """In place: the caller's object, with the output copied into it unless it was written there."""
+    conv, out = keep
+    if out is not conv.view:
+        conv.view[...] = out
+    return conv.original
+
+
+def _gathered(outcomes, keep):
+    """The engine's output buffer as the caller's type."""
+    conv, arr = keep
+    buffer, shape = outcomes[0][2:4]
+    return conv.wrap(from_engine_buffer(buffer, shape, arr.dtype))
+
+
+def _exchanged(outcomes, conv):
+    """Always both, as Horovod's handles: alltoall() drops the splits when none were given."""
+    buffer, shape, received = outcomes[0][2:5]
+    output = conv.wrap(from_engine_buffer(buffer, shape, conv.array.dtype))
+    return output, conv.wrap_index(np.asarray(received, dtype=np.int32))

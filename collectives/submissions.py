@@ -39,7 +39,8 @@ def _enqueue(submissions, caller_waits=False):
 
 def submit(submissions, finish, keep_alive):
     """Enqueue engine submissions atomically; returns a Handle whose wait gives
-    ``finish(outcomes)``. ``keep_alive``: the objects whose memory the engine uses."""
+    ``finish(outcomes, keep_alive)``. ``keep_alive``: the objects whose memory the engine uses
+    (and from which ``finish`` makes the result)."""
     engine, ids = _enqueue(submissions)
     handle = Handle(engine, ids, finish, keep_alive)
     _outstanding[id(handle)] = handle  # keep_until_waited, inline: this is every async verb's path
@@ -64,7 +65,7 @@ def run_now(submissions, finish, keep_alive):
         raise
     for code, message, *_ in outcomes:
         raise_for_status(code, message)
-    return finish(outcomes)
+    return finish(outcomes, keep_alive)
 
 
 _REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/allreduce_now.cc
@@ -83,7 +84,7 @@ def allreduce_now(tensor, name, op, prescale, postscale, inplace):
         return result
     what, first, second, error = result
     if what == _INTERRUPTED:  # as run_now: the request runs on, a Handle keeps its arrays alive
-        keep_until_waited(Handle(engine, [first], lambda _: second, (tensor, second)))
+        keep_until_waited(Handle(engine, [first], lambda _, keep: keep[1], (tensor, second)))
         raise error
     if what == _REFUSED and not engine.running:
         raise basics.stopped_error(engine, second)
