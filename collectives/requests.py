@@ -13,8 +13,8 @@ request per tensor. Checks that fail raise typed errors
 
 The common allreduce -- a C-contiguous numpy array of a supported dtype, a ReduceOp (or int)
 op, int or float scale factors, the global process set -- can only succeed, and a small one
-spends most of its Python time on argument handling. ``allreduce`` recognises that call by
-exact types (``type(x) is ...``, so bools, numpy scalars and subclasses take the general
+spends most of its Python time on argument handling. ``allreduce``'s first branch recognises
+that call by exact types (``type(x) is ...``, so bools, numpy scalars and subclasses take the general
 checks, whose error messages stay the only ones) and builds its Submission directly.
 """
 import math
@@ -62,31 +62,6 @@ def output_for(tensor):
     return aligned_empty(tensor.shape, tensor.dtype)
 
 
-def _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplace, group, group_size):
-    """The common call's request, or None when the call is not it."""
-    if type(tensor) is not _ndarray or (process_set is not global_process_set and process_set is not None):
-        return None
-    flags = tensor.flags
-    if not flags.c_contiguous or (inplace and not flags.writeable):
-        return None
-    code = _dtype_code(tensor.dtype)
-    if code is None:
-        return None
-    if op is None:
-        op = 0  # Average
-    elif (type(op) is not ReduceOp and type(op) is not int) or not 0 <= op <= _MAX_OP:
-        return None
-    if type(prescale) not in _SCALARS or type(postscale) not in _SCALARS:
-        return None
-    prescale, postscale = float(prescale), float(postscale)
-    if not (math.isfinite(prescale) and math.isfinite(postscale)):
-        return None
-    out = tensor if inplace else output_for(tensor)
-    sub = submissions.submission(_ALLREDUCE, name, input=tensor, output=out, dtype=code, reduce_op=int(op),
-                                 prescale=prescale, postscale=postscale, group=group, group_size=group_size)
-    return sub, _output, (tensor, out)
-
-
 def _inplace_target(conv, what):
     """Where an in-place op writes: the user's memory, or a contiguous copy written back."""
     if isinstance(conv.original, (np.generic, numbers.Number)):
@@ -106,9 +81,22 @@ def _reduction(op, name, arr, out, reduce_op, prescale, postscale, group, group_
 
 
 def allreduce(tensor, name, op, prescale, postscale, inplace, group="", group_size=0, process_set=None):
-    request = _common_allreduce(tensor, op, name, prescale, postscale, process_set, inplace, group, group_size)
-    if request is not None:
-        return request
+    # The common call first, its tests inline: a grouped allreduce runs this once per tensor.
+    if type(tensor) is _ndarray and (process_set is global_process_set or process_set is None):
+        flags = tensor.flags
+        code = _dtype_code(tensor.dtype) if flags.c_contiguous and (flags.writeable or not inplace) else None
+        if op is None:
+            op = 0  # Average
+        elif (type(op) is not ReduceOp and type(op) is not int) or not 0 <= op <= _MAX_OP:
+            code = None
+        if code is not None and type(prescale) in _SCALARS and type(postscale) in _SCALARS:
+            pre, post = float(prescale), float(postscale)
+            if math.isfinite(pre) and math.isfinite(post):
+                out = tensor if inplace else output_for(tensor)
+                sub = submissions.submission(_ALLREDUCE, name, input=tensor, output=out, dtype=code,
+                                             reduce_op=int(op), prescale=pre, postscale=post, group=group,
+                                             group_size=group_size)
+                return sub, common_output, (tensor, out)
     conv = Converted(tensor)
     out = _inplace_target(conv, "allreduce_") if inplace else aligned_empty(conv.array.shape, conv.array.dtype)
     sub = _reduction(OpType.ALLREDUCE, name, out if inplace else conv.array, out, op, prescale, postscale, group,
@@ -156,7 +144,7 @@ def reducescatter(tensor, name, op, prescale, postscale, group="", group_size=0,
 
 # ---------------------------------------------------------------- finish(outcomes, keep_alive)
 
-def _output(outcomes, keep):
+def common_output(outcomes, keep):
     """The common allreduce's: its output array."""
     return keep[1]
 
