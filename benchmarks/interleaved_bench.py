@@ -88,18 +88,19 @@ def one_round(sizes, failures):
 def python_prep_cost(reps=2000):
     """The Python work of one allreduce before it reaches the engine (name, conversion, output
     allocation, argument checks), timed alone: the engine's own stages print at shutdown."""
-    from collectives import allreduce_fast, ops
+    from collectives import ops, requests
 
     x = np.full(2, 1.0, dtype=np.float32)
+    numpy_one = np.float64(1.0)
     t0 = time.perf_counter()
     for _ in range(reps):
         name = ops._name("ib.prep", "allreduce", None)
-        allreduce_fast.spec_or_none(x, hvd.Sum, name, 1.0, 1.0, None, False)
+        requests.allreduce(x, name, hvd.Sum, 1.0, 1.0, False)
     fast = (time.perf_counter() - t0) / reps
     t0 = time.perf_counter()
     for _ in range(reps):
         name = ops._name("ib.prep", "allreduce", None)
-        ops._allreduce_prepare(x, hvd.Sum, name, 1.0, 1.0, False)
+        requests.allreduce(x, name, hvd.Sum, numpy_one, 1.0, False)  # a numpy scale factor: the general checks
     general = (time.perf_counter() - t0) / reps
     return (f"python before enqueue (8 B): {fast * 1e6:.2f} us (general path {general * 1e6:.2f} us)")
 

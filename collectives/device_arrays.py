@@ -1,8 +1,8 @@
 """Arrays in GPU memory for the framework-agnostic verbs: recognising them, describing them to
 the engine, allocating outputs, and giving results back in the caller's type.
 
-The engine cannot take GPU memory as numpy arrays; a GPU array crosses as
-``(data_ptr, shape, device, stream)``, where ``stream`` is the producer's current stream (the
+The engine cannot take GPU memory as numpy arrays; a GPU array crosses as an
+``engine.DeviceTensor(ptr, shape, device, stream)``, where ``stream`` is the producer's current stream (the
 engine records an event on it at enqueue and its NCCL stream waits on that event). Kinds:
 
 * PyTorch CUDA tensors (registered by ``collectives.adapters.torch.tensors``): stream
@@ -173,8 +173,11 @@ class DeviceView:
         self.ptr, self.shape, self.dtype, self.device, self.stream = ptr, shape, dtype, device, stream
 
     def spec(self, shape=None):
-        """What the engine takes for this array."""
-        return (self.ptr, list(self.shape if shape is None else shape), self.device, self.stream)
+        """What the engine takes for this array: an engine.DeviceTensor."""
+        from ._loader import engine_module
+
+        shape = list(self.shape if shape is None else shape)
+        return engine_module().DeviceTensor(self.ptr, shape, self.device, self.stream)
 
     def empty(self, shape=None):
         """A view of a new array like this one (``shape`` if given) on the same GPU."""

@@ -15,9 +15,10 @@ from . import arguments
 from .constants import OpType, ReduceOp
 from .device_arrays import DeviceView, require_gpu
 from .errors import InvalidArgumentError
-from .handles import submit
 from .process_set_registry import process_set_id, set_rank, set_size
 from .shared_failure import failing_together
+from . import submissions
+from .submissions import submit
 
 _reduce_op = arguments.reduce_op
 
@@ -33,10 +34,12 @@ def _view(tensor):
 
 def _spec(op, name, view, out, reduce_op=ReduceOp.SUM, root=0, prescale=1.0, postscale=1.0, splits=(), group="",
           group_size=0, process_set=None, shape=None):
-    return (int(op), name, view.spec(shape), None if out is None else out.spec(), int(view.dtype), int(reduce_op),
-            arguments.root_rank(root), arguments.scale_factor(prescale, "prescale_factor"),
-            arguments.scale_factor(postscale, "postscale_factor"), list(splits), group, int(group_size),
-            process_set_id(process_set))
+    return submissions.submission(int(op), name, input=view.spec(shape), output=None if out is None else out.spec(),
+                                  dtype=int(view.dtype), reduce_op=int(reduce_op), root=arguments.root_rank(root),
+                                  prescale=arguments.scale_factor(prescale, "prescale_factor"),
+                                  postscale=arguments.scale_factor(postscale, "postscale_factor"),
+                                  splits=list(splits), group=group, group_size=int(group_size),
+                                  process_set=process_set_id(process_set))
 
 
 # ---------------------------------------------------------------- allreduce
@@ -55,7 +58,7 @@ def allreduce_async(tensor, op, name, prescale_factor, postscale_factor, process
     with failing_together(OpType.ALLREDUCE, [name], process_set):
         v, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, False,
                                           process_set=process_set)
-    return submit([spec], lambda _: out.original, (v, out))
+    return submit([spec], lambda *_: out.original, (v, out))
 
 
 def allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, process_set):
@@ -63,7 +66,7 @@ def allreduce_async_(tensor, op, name, prescale_factor, postscale_factor, proces
     with failing_together(OpType.ALLREDUCE, [name], process_set):
         v, out, spec = _allreduce_prepare(tensor, op, name, prescale_factor, postscale_factor, True,
                                           process_set=process_set)
-    return submit([spec], lambda _: v.write_back(), v)
+    return submit([spec], lambda *_: v.write_back(), v)
 
 
 def grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, inplace, process_set):
@@ -75,9 +78,9 @@ def grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor
                                        process_set)
                     for n, t in zip(names, tensors)]
     if inplace:
-        finish = lambda _: [v.write_back() for v, _, _ in prepared]  # noqa: E731
+        finish = lambda *_: [v.write_back() for v, _, _ in prepared]  # noqa: E731
     else:
-        finish = lambda _: [out.original for _, out, _ in prepared]  # noqa: E731
+        finish = lambda *_: [out.original for _, out, _ in prepared]  # noqa: E731
     return submit([spec for _, _, spec in prepared], finish, prepared)
 
 
@@ -89,7 +92,7 @@ def broadcast_async(tensor, root_rank, name, process_set):
         v = _view(tensor)
         out = v.empty()
         spec = _spec(OpType.BROADCAST, name, v, out, root=root_rank, process_set=process_set)
-    return submit([spec], lambda _: out.original, (v, out))
+    return submit([spec], lambda *_: out.original, (v, out))
 
 
 def broadcast_async_(tensor, root_rank, name, process_set):
@@ -97,7 +100,7 @@ def broadcast_async_(tensor, root_rank, name, process_set):
     with failing_together(OpType.BROADCAST, [name], process_set):
         v = _view(tensor)
         spec = _spec(OpType.BROADCAST, name, v, v, root=root_rank, process_set=process_set)
-    return submit([spec], lambda _: v.write_back(), v)
+    return submit([spec], lambda *_: v.write_back(), v)
 
 
 # ---------------------------------------------------------------- allgather
@@ -114,7 +117,7 @@ def allgather_async(tensor, name, process_set):
     name = _name(name, "allgather", process_set)
     with failing_together(OpType.ALLGATHER, [name], process_set):
         v, spec, finish = _allgather_prepare(tensor, name, process_set=process_set)
-    return submit([spec], lambda outcomes: finish(outcomes[0]), v)
+    return submit([spec], lambda outcomes, _: finish(outcomes[0]), v)
 
 
 def grouped_allgather_async(tensors, name, process_set):
@@ -123,7 +126,7 @@ def grouped_allgather_async(tensors, name, process_set):
     names = arguments.member_names(group, len(tensors))
     with failing_together(OpType.ALLGATHER, names, process_set, group, len(tensors)):
         prepared = [_allgather_prepare(t, n, group, len(tensors), process_set) for n, t in zip(names, tensors)]
-    finish = lambda outcomes: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
+    finish = lambda outcomes, _: [f(o) for (_, _, f), o in zip(prepared, outcomes)]  # noqa: E731
     return submit([spec for _, spec, _ in prepared], finish, [v for v, _, _ in prepared])
 
 
@@ -135,7 +138,7 @@ def alltoall_async(tensor, splits, name, process_set):
         v = _view(tensor)
         spec = _spec(OpType.ALLTOALL, name, v, None, splits=arguments.splits(splits), process_set=process_set)
 
-    def finish(outcomes):
+    def finish(outcomes, _):
         # Always both, as the host path's handles; the splits stay on the host, as in Horovod.
         buffer, _, received = outcomes[0][2:5]
         return v.adopt(buffer), np.asarray(received, dtype=np.int32)
@@ -163,7 +166,7 @@ def reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, pro
     with failing_together(OpType.REDUCESCATTER, [name], process_set):
         v, out, spec = _reducescatter_prepare(tensor, op, name, prescale_factor, postscale_factor,
                                               process_set=process_set)
-    return submit([spec], lambda _: out.original, (v, out))
+    return submit([spec], lambda *_: out.original, (v, out))
 
 
 def grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor, process_set):
@@ -174,4 +177,4 @@ def grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_fa
         prepared = [_reducescatter_prepare(t, op, n, prescale_factor, postscale_factor, group, len(tensors),
                                            process_set)
                     for n, t in zip(names, tensors)]
-    return submit([spec for _, _, spec in prepared], lambda _: [out.original for _, out, _ in prepared], prepared)
+    return submit([spec for _, _, spec in prepared], lambda *_: [out.original for _, out, _ in prepared], prepared)

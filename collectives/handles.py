@@ -1,5 +1,5 @@
-"""Handles of asynchronous operations: ``poll`` and ``synchronize``."""
-from . import basics
+"""A request's last step: handles of asynchronous operations, ``poll`` and ``synchronize``
+(collectives/submissions.py creates them)."""
 from .errors import ArgumentTypeError, InvalidArgumentError, raise_for_status
 
 # Handles not yet synchronized. Holding them here keeps the arrays the engine reads and
@@ -19,7 +19,7 @@ class Handle:
     def __init__(self, engine, ids, finish, keep_alive):
         self._engine = engine
         self._ids = list(ids)
-        self._finish = finish          # callable(list of outcomes) -> user result
+        self._finish = finish          # finish(list of outcomes, keep_alive) -> user result
         self._keep_alive = keep_alive
         self._result = None
         self._error = None
@@ -50,14 +50,14 @@ class Handle:
         self._outcomes = None
         _outstanding.pop(id(self), None)
         self._done = True
-        self._keep_alive = None
+        keep_alive, self._keep_alive = self._keep_alive, None
         try:
             for code, message, *_ in outcomes:
                 raise_for_status(code, message)
         except Exception as error:  # a failed operation fails again on every later wait
             self._error = error
             raise
-        self._result = self._finish(outcomes)
+        self._result = self._finish(outcomes, keep_alive)
         return self._result
 
     def __repr__(self):
@@ -111,65 +111,8 @@ def synchronize(handle):
     return _check(handle).wait()
 
 
-def _enqueue(specs, caller_waits=False):
-    engine = basics.engine()
-    code, message, ids = engine.enqueue(specs, caller_waits)
-    if code:
-        if not engine.running:
-            raise basics.stopped_error(engine, message)
-        raise_for_status(code, message)
-    return engine, ids
-
-
-def submit(specs, finish, keep_alive):
-    """Enqueue engine submissions atomically; returns a Handle."""
-    engine, ids = _enqueue(specs)
-    handle = Handle(engine, ids, finish, keep_alive)
+def keep_until_waited(handle):
+    """Hold ``handle`` (and so the arrays it keeps alive) until a wait collects it, even if the
+    caller drops it."""
     _outstanding[id(handle)] = handle
     return handle
-
-
-_REFUSED, _FAILED, _INTERRUPTED = 0, 1, 2  # csrc/python/allreduce_now.cc
-
-
-def allreduce_now(tensor, name, op, prescale, postscale, inplace):
-    """The synchronous allreduce of a numpy array in one engine call (csrc/python/allreduce_now.cc):
-    the output array, or None when the call is not the common case and nothing was submitted
-    (the caller then takes the general path with the same name, which also raises when no
-    engine runs). Failures raise as in ``run_now``."""
-    engine = basics._engine
-    if engine is None:
-        return None
-    result = engine.allreduce_now(tensor, name, op, prescale, postscale, inplace)
-    if type(result) is not tuple:
-        return result
-    what, first, second, error = result
-    if what == _INTERRUPTED:  # as run_now: the request runs on, a Handle keeps its arrays alive
-        handle = Handle(engine, [first], lambda _: second, (tensor, second))
-        _outstanding[id(handle)] = handle
-        raise error
-    if what == _REFUSED and not engine.running:
-        raise basics.stopped_error(engine, second)
-    raise_for_status(first, second)
-    raise AssertionError(f"engine.allreduce_now returned {result!r}")  # a failure always has a nonzero code
-
-
-def run_now(specs, finish, keep_alive):
-    """``synchronize(submit(...))`` without the Handle object, for the synchronous verbs. When
-    the wait is interrupted (a signal handler raised), the operation still runs in the engine:
-    a Handle then keeps its arrays alive, as ``submit`` would have. The engine thread is not
-    woken: this thread's wait runs the cycle itself when it can (csrc/core/engine_inline.cc)."""
-    engine, ids = _enqueue(specs, True)
-    wait = engine.wait
-    outcomes = []
-    try:
-        for i in ids:
-            outcomes.append(wait(i))
-    except BaseException:
-        handle = Handle(engine, ids, finish, keep_alive)
-        handle._outcomes = outcomes  # a later wait would resume after these
-        _outstanding[id(handle)] = handle
-        raise
-    for code, message, *_ in outcomes:
-        raise_for_status(code, message)
-    return finish(outcomes)

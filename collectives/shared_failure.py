@@ -10,6 +10,7 @@ import contextlib
 
 from . import basics
 from .process_set_registry import process_set_id
+from . import submissions
 
 
 @contextlib.contextmanager
@@ -32,9 +33,10 @@ def announce(op, names, process_set, error, group="", group_size=0):
         return
     if not engine.running:
         return
-    specs = [(int(op), n, group, int(group_size), set_id) for n in names if isinstance(n, str)]
     reason = f"{type(error).__name__}: {error}"
     try:
-        engine.announce_failure(specs, reason)
+        failed = [submissions.submission(int(op), n, group=group, group_size=int(group_size),
+                                         process_set=set_id) for n in names if isinstance(n, str)]
+        engine.announce_failure(failed, reason)
     except Exception:  # noqa: BLE001 - e.g. a name that is not valid text
         pass

@@ -1,8 +1,8 @@
 // engine.allreduce_now: the synchronous host allreduce of a numpy array in one call (issue 14,
 // small-message latency).
 //
-// Why: the general path builds a 13-field submission tuple in Python, converts it field by
-// field here, returns handle ids, and calls wait() per id, then checks each outcome in Python:
+// Why: the general path builds an engine.Submission in Python (collectives/submissions.py), enqueues
+// it, gets handle ids back and calls wait() per id, then checks each outcome in Python:
 // about 8 us of interpreter work per call on the 2-core VM, more than the MPI call itself (a raw
 // 8-byte MPI_Allreduce between two ranks takes ~5 us). This function takes the array and the
 // already resolved arguments, reads the array's pointer, shape and dtype, submits, waits
@@ -92,7 +92,7 @@ bool ReduceOpOf(PyObject* o, int* out) {
 }
 
 // Outputs up to this size come from numpy's allocator; larger ones from the engine's pool,
-// whose reused mappings are already faulted in (collectives/allreduce_fast.py says the same).
+// whose reused mappings are already faulted in (collectives/requests.py says the same).
 constexpr int64_t kSmallOutputBytes = 64 * 1024;
 
 enum Outcome { kRefused = 0, kFailed = 1, kInterrupted = 2 };

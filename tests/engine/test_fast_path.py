@@ -2,7 +2,7 @@
 negotiation (csrc/negotiation/fused_negotiation.h), whose message travels through shared memory on one host
 (csrc/shm/shared_exchange.h) or as an MPI allreduce whose payload capacity follows the sizes in use
 (COLLECTIVES_SHM_NEGOTIATION=0, as between hosts), and the Python shortcuts for the common call
-(engine.allreduce_now for the synchronous verbs, collectives/allreduce_fast.py for the others).
+(engine.allreduce_now for the synchronous verbs, the common-call branch of collectives/requests.py for the others).
 One mpirun launch of tests/engine/workers/fast_path_worker.py per size and transport:
 results against numpy references for every eligible dtype and op below, at and above the
 payload limit, with scale factors, in place, async and non-contiguous; a rank that is late

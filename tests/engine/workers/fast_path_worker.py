@@ -1,4 +1,4 @@
-"""The small-allreduce fast path (csrc/negotiation/fused_negotiation.h, collectives/allreduce_fast.py):
+"""The small-allreduce fast path (csrc/negotiation/fused_negotiation.h, the common-call branch of collectives/requests.py):
 results against numpy references from every rank's inputs, on the carried path, when not every
 rank is ready, when ranks carry different entries, and next to the ordinary path.
 

@@ -245,8 +245,8 @@ def fam_grouped():
 
     @case(label)
     def _():
-        # ops._grouped_member: contiguous numpy arrays of an engine dtype (with Python int or
-        # float scale factors) go through allreduce_fast's type tests, strided views and
+        # requests.allreduce, per member: contiguous numpy arrays of an engine dtype (with Python int or
+        # float scale factors) go through its common-call type tests, strided views and
         # Fortran order through the general checks, in one group.
         xs = all_inputs(label + "x", (6, 4), F32)
         ys = all_inputs(label + "y", (5,), I64)

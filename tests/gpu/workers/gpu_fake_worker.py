@@ -80,8 +80,9 @@ def family_nolibs(chk):
 
     # The engine itself refuses a GPU submission (the check behind the Python one).
     def engine_refuses():
-        spec = (0, "gpu.direct", (12345, [4], 0, 0), (12345, [4], 0, 0), 7, 1, 0, 1.0, 1.0, [], "", 0, 0)
-        code, message, _ = hvd.basics.engine().enqueue([spec])
+        gpu = engine_module().DeviceTensor(12345, [4], 0, 0)
+        sub = engine_module().submission(0, "gpu.direct", gpu, gpu, 7, 1)
+        code, message, _ = hvd.basics.engine().enqueue([sub])
         assert code == 2 and "GPU memory" in message, (code, message)
     chk.check("engine refuses GPU submissions with the reason", engine_refuses)
     chk.check("host collectives unaffected", lambda: np.testing.assert_array_equal(
