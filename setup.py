@@ -84,20 +84,24 @@ def mpich_wheel_site_packages(libdir):
     return os.path.dirname(found[0]) if found else None
 
 
-def runtime_library_dirs(flags):
+def runtime_library_dirs(flags, in_tree):
     """Where the engine looks for libmpi at run time (its RUNPATH).
 
     The `mpich` wheel (the usual case, and the wheel's build): its libmpi lies at a fixed place
     relative to the engine once pip has installed both into one environment, so the path is
     relative to $ORIGIN and names no directory of this build: pip builds in an isolated
-    environment it deletes afterwards, and a wheel is installed elsewhere. Another MPI
-    ($COLLECTIVES_MPICC): its own library directories, as its mpicc says. Either way
+    environment it deletes afterwards, and a wheel is installed elsewhere. An engine built into
+    the checkout (``in_tree``: the editable install, scripts/build_engine.sh, gpu-check.sh's)
+    runs with the MPICH it was built against, and $ORIGIN means nothing there: that MPICH's lib
+    directory is added. Another MPI ($COLLECTIVES_MPICC): its own library directories, as its
+    mpicc says. Either way
     collectives._loader imports mpi4py first, which loads the MPI library, and the engine binds
-    to that copy by its soname (so an in-tree build, for which $ORIGIN means nothing, works too)."""
+    to that copy by its soname."""
     for libdir in flags["library_dirs"]:
         site_packages = mpich_wheel_site_packages(libdir)
         if site_packages:
-            return ["$ORIGIN/" + os.path.relpath(libdir, os.path.join(site_packages, "collectives"))]
+            relative = "$ORIGIN/" + os.path.relpath(libdir, os.path.join(site_packages, "collectives"))
+            return [relative, libdir] if in_tree else [relative]
     return list(dict.fromkeys(flags["runtime_dirs"]))
 
 
@@ -200,13 +204,15 @@ class BuildEngine(build_ext):
 
         mpicc = find_mpicc()
         flags = mpi_flags(mpicc)
+        # The engine lands in the checkout: an editable install, or scripts/build_engine.sh.
+        in_tree = self.inplace or getattr(self, "editable_mode", False) or os.environ.get("COLLECTIVES_IN_TREE") == "1"
         print(f"collectives: building against the MPI of {mpicc}")
         for ext in self.extensions:
             ext.include_dirs += [pybind11.get_include()] + flags["include_dirs"]
             ext.library_dirs += flags["library_dirs"]
             ext.libraries += flags["libraries"]
             ext.extra_link_args += flags["extra_link_args"]
-            ext.runtime_library_dirs += runtime_library_dirs(flags)
+            ext.runtime_library_dirs += runtime_library_dirs(flags, in_tree)
             ptx_dir = build_ptx(self.build_temp)
             if ptx_dir:
                 ext.include_dirs.append(ptx_dir)

@@ -24,8 +24,8 @@ raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 # A fresh build/lib: setuptools would skip linking when an older engine there looks up to date.
 rm -rf build/lib.* build/bdist.*
-"$PY" -m pip wheel --verbose --disable-pip-version-check --no-build-isolation --no-deps -w "$raw" . >"$raw/build.log" 2>&1 \
-  || { cat "$raw/build.log" >&2; exit 1; }
+"$PY" -m pip wheel --verbose --disable-pip-version-check --no-build-isolation --no-deps -w "$raw" . \
+  >"$raw/build.log" 2>&1 || { cat "$raw/build.log" >&2; exit 1; }
 grep -E '^ *collectives: (building|compiling|batched|no nvcc|nvcc)' "$raw/build.log" | sed 's/^ *//' || true
 
 mkdir -p dist
