@@ -6,6 +6,7 @@ or TensorFlow headers are involved, and no CUDA toolkit is needed: the CUDA driv
 are loaded at run time when present.
 """
 import concurrent.futures
+import glob
 import os
 import shlex
 import shutil
@@ -35,26 +36,73 @@ def find_mpicc():
 
 
 def mpi_flags(mpicc):
-    """Compile and link flags of an MPI compiler wrapper (MPICH: -show, Open MPI: --showme)."""
+    """Compile and link flags of an MPI compiler wrapper (MPICH: -show, Open MPI: --showme).
+    Its run-time search paths (-Wl,-rpath and the -L directories) come apart, in
+    "runtime_dirs": where the built engine looks for libmpi is decided by runtime_library_dirs."""
     for flag in ("-show", "--showme"):
         try:
             out = subprocess.run([mpicc, flag], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):
             continue
         words = shlex.split(out)[1:]  # drop the underlying compiler
-        flags = {"include_dirs": [], "library_dirs": [], "libraries": [], "extra_link_args": []}
+        flags = {"include_dirs": [], "library_dirs": [], "libraries": [], "extra_link_args": [], "runtime_dirs": []}
+        rpath_next = False  # MPICH writes "-Wl,-rpath -Wl,DIR": the directory is the next word
         for w in words:
-            if w.startswith("-I"):
+            if rpath_next and w.startswith("-Wl,"):
+                flags["runtime_dirs"].append(w[4:])
+                rpath_next = False
+            elif w.startswith("-I"):
                 flags["include_dirs"].append(w[2:])
             elif w.startswith("-L"):
                 flags["library_dirs"].append(w[2:])
-                flags["extra_link_args"].append("-Wl,-rpath," + w[2:])
+                flags["runtime_dirs"].append(w[2:])
             elif w.startswith("-l"):
                 flags["libraries"].append(w[2:])
-            elif w.startswith("-Wl,") or w == "-pthread":
+            elif w.startswith("-Wl,"):
+                parts = w[4:].split(",")
+                if parts[0] in ("-rpath", "-R", "--rpath"):
+                    flags["runtime_dirs"] += parts[1:]
+                    rpath_next = len(parts) == 1
+                elif parts[0].startswith(("-rpath=", "--rpath=")):
+                    flags["runtime_dirs"].append(parts[0].split("=", 1)[1])
+                else:
+                    flags["extra_link_args"].append(w)
+            elif w == "-pthread":
                 flags["extra_link_args"].append(w)
         return flags
     sys.exit(f"collectives: `{mpicc} -show` / `--showme` did not work; is {mpicc} an MPI compiler wrapper?")
+
+
+def mpich_wheel_site_packages(libdir):
+    """The site-packages beside the `mpich` wheel whose libmpi.so.12 is in ``libdir`` (pip puts
+    the wheel's libraries in <prefix>/lib, its metadata in <prefix>/lib/pythonX.Y/site-packages),
+    else None: another MPI. Found by layout, not by importlib.metadata, because pip's isolated
+    build environment hides the target environment's packages while its mpicc may be used."""
+    if not os.path.exists(os.path.join(libdir, "libmpi.so.12")):
+        return None
+    found = glob.glob(os.path.join(libdir, "python*", "*-packages", "mpich-*.dist-info"))
+    return os.path.dirname(found[0]) if found else None
+
+
+def runtime_library_dirs(flags, in_tree):
+    """Where the engine looks for libmpi at run time (its RUNPATH).
+
+    The `mpich` wheel (the usual case, and the wheel's build): its libmpi lies at a fixed place
+    relative to the engine once pip has installed both into one environment, so the path is
+    relative to $ORIGIN and names no directory of this build: pip builds in an isolated
+    environment it deletes afterwards, and a wheel is installed elsewhere. An engine built into
+    the checkout (``in_tree``: the editable install, scripts/build_engine.sh, gpu-check.sh's)
+    runs with the MPICH it was built against, and $ORIGIN means nothing there: that MPICH's lib
+    directory is added. Another MPI ($COLLECTIVES_MPICC): its own library directories, as its
+    mpicc says. Either way
+    collectives._loader imports mpi4py first, which loads the MPI library, and the engine binds
+    to that copy by its soname."""
+    for libdir in flags["library_dirs"]:
+        site_packages = mpich_wheel_site_packages(libdir)
+        if site_packages:
+            relative = "$ORIGIN/" + os.path.relpath(libdir, os.path.join(site_packages, "collectives"))
+            return [relative, libdir] if in_tree else [relative]
+    return list(dict.fromkeys(flags["runtime_dirs"]))
 
 
 def build_ptx(build_temp):
@@ -79,36 +127,65 @@ def build_ptx(build_temp):
     except (OSError, subprocess.SubprocessError) as e:
         print(f"collectives: nvcc failed ({e}), building without the batched copy kernel")
         return None
-    text = open(ptx).read()
-    with open(os.path.join(out_dir, "gpu_kernels_ptx.inc"), "w") as f:
-        f.write('static const char kCollectivesPtx[] = R"collectives_ptx(' + text + ')collectives_ptx";\n')
+    header = 'static const char kCollectivesPtx[] = R"collectives_ptx(' + open(ptx).read() + ')collectives_ptx";\n'
+    inc = os.path.join(out_dir, "gpu_kernels_ptx.inc")
+    if not os.path.exists(inc) or open(inc).read() != header:  # unchanged: its objects stay up to date
+        with open(inc, "w") as f:
+            f.write(header)
     print(f"collectives: batched copy kernel compiled to PTX ({arch}) with {nvcc}")
     return out_dir
 
 
-def compile_concurrently(compiler, jobs):
-    """Makes ``compiler.compile`` compile its sources on ``jobs`` threads. setuptools' own
-    ``parallel`` option builds several extensions at once, never the files of one, and the engine
-    is one extension of some 60 files: one at a time, its build took 2:45 min on a 2-core VM."""
-    serial = compiler.compile
+def newest_mtime(paths):
+    return max((os.path.getmtime(p) for p in paths if os.path.exists(p)), default=0.0)
 
+
+def compile_concurrently(compiler, jobs):
+    """Makes ``compiler.compile`` compile its sources on ``jobs`` threads, and only those whose
+    object is missing or older than the source or any header. setuptools' own ``parallel``
+    option builds several extensions at once, never the files of one, and the engine is one
+    extension of some 60 files: one at a time, its build took 2:45 min on a 2-core VM.
+
+    Objects are reused only when made with the same command line: a stamp file beside them
+    holds it, and any difference (another Python, pybind11 or MPI, the PTX define) compiles
+    everything. So the wheel's build (scripts/build_wheel.sh) reuses what the editable install
+    compiled, and scripts/build_engine.sh recompiles what a change touched."""
     def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
                 extra_postargs=None, depends=None):
-        if jobs < 2 or len(sources) < 2:
-            return serial(sources, output_dir, macros, include_dirs, debug, extra_preargs, extra_postargs, depends)
         # The steps of CCompiler.compile (distutils' documented hooks for subclasses), with the
         # per-object step on a pool.
         macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
             output_dir, macros, include_dirs, sources, depends, extra_postargs)
         cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+        stamp = os.path.join(output_dir or ".", "engine-command-line.txt")
+        command_line = repr((compiler.compiler_so, getattr(compiler, "compiler_so_cxx", None), cc_args,
+                             extra_postargs)) + "\n"
+        reuse = False
+        if os.path.exists(stamp):
+            with open(stamp) as f:
+                reuse = f.read() == command_line
+        if not reuse and os.path.exists(stamp):
+            os.remove(stamp)  # until every object is made with the new command line
+        headers_changed = newest_mtime(depends or [])
+
+        def stale(obj):
+            src = build[obj][0]
+            return not (reuse and os.path.exists(obj)
+                        and os.path.getmtime(obj) >= max(os.path.getmtime(src), headers_changed))
+
+        todo = [obj for obj in objects if obj in build and stale(obj)]
 
         def one(obj):
-            if obj in build:  # else up to date
-                src, ext = build[obj]
-                compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
 
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(one, objects))  # list(): a failed compile raises here
+        if todo:
+            threads = min(jobs, len(todo))
+            print(f"collectives: compiling {len(todo)} of {len(objects)} engine sources on {threads} threads")
+        with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+            list(pool.map(one, todo))  # list(): a failed compile raises here
+        with open(stamp, "w") as f:
+            f.write(command_line)
         return objects
 
     compiler.compile = compile
@@ -118,20 +195,28 @@ class BuildEngine(build_ext):
     def build_extensions(self):
         import pybind11
 
+        # One place for the engine's objects, whichever command builds (editable install, wheel,
+        # scripts/build_engine.sh): compile_concurrently reuses those still up to date.
+        self.build_temp = os.path.join(HERE, "build", "temp")
+
         compile_concurrently(self.compiler, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                              else os.cpu_count() or 1)
 
         mpicc = find_mpicc()
         flags = mpi_flags(mpicc)
+        # The engine lands in the checkout: an editable install, or scripts/build_engine.sh.
+        in_tree = self.inplace or getattr(self, "editable_mode", False) or os.environ.get("COLLECTIVES_IN_TREE") == "1"
         print(f"collectives: building against the MPI of {mpicc}")
         for ext in self.extensions:
             ext.include_dirs += [pybind11.get_include()] + flags["include_dirs"]
             ext.library_dirs += flags["library_dirs"]
             ext.libraries += flags["libraries"]
             ext.extra_link_args += flags["extra_link_args"]
+            ext.runtime_library_dirs += runtime_library_dirs(flags, in_tree)
             ptx_dir = build_ptx(self.build_temp)
             if ptx_dir:
                 ext.include_dirs.append(ptx_dir)
+                ext.depends.append(os.path.join(ptx_dir, "gpu_kernels_ptx.inc"))
                 ext.define_macros.append(("COLLECTIVES_HAVE_PTX", "1"))
         super().build_extensions()
 

@@ -8,7 +8,8 @@ exec 9>"${TMPDIR:-/tmp}/collectives-build.lock"
 flock 9
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-.venv/bin/python setup.py -q build_ext --build-lib "$out" --build-temp build/temp >/dev/null
+# COLLECTIVES_IN_TREE: the engine runs from the checkout, with .venv's libmpi (setup.py's runtime_library_dirs).
+COLLECTIVES_IN_TREE=1 .venv/bin/python setup.py -q build_ext --build-lib "$out" --build-temp build/temp >/dev/null
 so=$(cd "$out/collectives" && ls _engine*.so)
 cp "$out/collectives/$so" "collectives/.$so.new"
 mv -f "collectives/.$so.new" "collectives/$so"
