@@ -18,6 +18,7 @@ import os
 
 import torch
 
+from collectives import objects
 from collectives.errors import InvalidArgumentError
 
 from . import ops as raw
@@ -58,30 +59,44 @@ def _params_state(buckets, bucket_states):
     return dict(sorted(state.items()))
 
 
+_DTYPES = {str(t): t for t in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
+
 def consolidate(opt, to):
     """Every rank sends its slices to rank ``to`` of the set (one alltoall per bucket and state
-    key, nothing to the others); returns the full state dict there, None elsewhere."""
+    key, nothing to the others); returns the full state dict there, None elsewhere. The ranks
+    first agree on the elementwise keys (one small allgather): a rank without state for a bucket
+    (never stepped, or only the root loaded a checkpoint) sends zeros instead of hanging the rest."""
     ranks, rank = opt._ranks, opt._rank
     if not isinstance(to, int) or isinstance(to, bool) or not 0 <= to < ranks:
         raise InvalidArgumentError(f"consolidate_state_dict: to must be a rank of the process set (0..{ranks - 1}), "
                                    f"not {to!r}")
+    local = [opt._inner.state.get(shard, {}) for shard in opt._shards]
+    if not opt._communicates:
+        return {"state": _params_state(opt._buckets, [{k: (_elementwise(v, s), v) for k, v in st.items()}
+                                                      for st, s in zip(local, opt._shards)]),
+                "param_groups": copy.deepcopy(_packed_groups(opt))}
+    mine = [{k: str(v.dtype) for k, v in st.items() if _elementwise(v, s)} for st, s in zip(local, opt._shards)]
+    everyone = objects.allgather_object(mine, name="zero_optimizer.consolidate.keys", process_set=opt.process_set)
     pending = []
     for b, shard in enumerate(opt._shards):
-        local = opt._inner.state.get(shard, {})
+        keys = {}
+        for theirs in everyone:
+            for key, dtype in theirs[b].items():
+                keys.setdefault(key, dtype)
+        splits = [shard.numel() if r == to else 0 for r in range(ranks)]
         kinds = {}
-        for key, value in local.items():
-            if _elementwise(value, shard) and opt._communicates:
-                splits = [shard.numel() if r == to else 0 for r in range(ranks)]
-                handle = raw.alltoall_async(value.contiguous(), splits, f"zero_optimizer.consolidate.{b}.{key}",
-                                            opt.process_set)
-                kinds[key] = (True, handle)
-            else:
-                kinds[key] = (_elementwise(value, shard), value)
+        for key, dtype in keys.items():
+            value = local[b].get(key)
+            if value is None:
+                value = torch.zeros(shard.shape, dtype=_DTYPES.get(dtype, shard.dtype), device=shard.device)
+            kinds[key] = (True, raw.alltoall_async(value.contiguous(), splits, f"zero_optimizer.consolidate.{b}.{key}",
+                                                   opt.process_set))
+        for key, value in local[b].items():
+            if key not in keys:
+                kinds[key] = (False, value)
         pending.append(kinds)
-    whole = []
-    for kinds in pending:
-        whole.append({key: (is_el, wait(v)[0] if is_el and opt._communicates else v)
-                      for key, (is_el, v) in kinds.items()})
+    whole = [{key: (is_el, wait(v)[0] if is_el else v) for key, (is_el, v) in kinds.items()} for kinds in pending]
     if rank != to:
         return None
     return {"state": _params_state(opt._buckets, whole), "param_groups": copy.deepcopy(_packed_groups(opt))}

@@ -31,6 +31,7 @@ from collections import defaultdict
 
 import torch
 
+from collectives import objects
 from collectives.constants import Average, Max, Sum
 from collectives.errors import NotSupportedError
 from collectives.process_set_registry import process_set_id, set_rank, set_size
@@ -299,6 +300,19 @@ class _ZeroOptimizer:
                 f"consolidated on this rank since the last step: call optimizer.consolidate_state_dict(to=R) on "
                 f"every rank, then state_dict() on rank R (or sharded_state_dict() on every rank)")
         return self._consolidated
+
+    def broadcast_state_from(self, root_rank):
+        """``broadcast_optimizer_state(optimizer, root_rank)``: the root's hyperparameters (its
+        ``param_groups``) on every rank. The state stays as it is: each rank holds only its own
+        slices, so the root has none of the others' to send; load a checkpoint on every rank
+        instead (``load_state_dict`` of the whole dict, or ``load_sharded_state_dict``)."""
+        if not self._communicates:
+            return
+        groups = [{k: v for k, v in g.items() if k not in ("params", "param_names")} for g in self.param_groups]
+        groups = objects.broadcast_object(groups, root_rank, name="zero_optimizer.broadcast_state",
+                                          process_set=self.process_set)
+        for group, theirs in zip(self.param_groups, groups):
+            group.update(theirs)
 
     def load_state_dict(self, state_dict):
         """Load an unwrapped optimizer's state dict (every rank passes the whole dict; each keeps

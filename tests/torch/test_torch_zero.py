@@ -16,11 +16,11 @@ ENV = {"COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "30"}
 
 def test_torch_zero(tmp_path):
     directory = str(tmp_path / "ckpt")
-    run = run_workers(2, "torch_zero_worker.py", "equiv", "clip", "ckpt", "errors", f"save:{directory}",
+    run = run_workers(2, "torch_zero_worker.py", "equiv", "more", "clip", "ckpt", "errors", f"save:{directory}",
                       timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 2, min_cases=29)
-    run = run_workers(3, "torch_zero_worker.py", "equiv", "ckpt", "errors", "sets", f"load:{directory}",
+    assert_all_ranks_passed(run, 2, min_cases=35)
+    run = run_workers(3, "torch_zero_worker.py", "equiv", "more", "ckpt", "errors", "sets", f"load:{directory}",
                       timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 3, min_cases=25)
+    assert_all_ranks_passed(run, 3, min_cases=31)
     run = run_workers(1, "torch_zero_worker.py", f"load:{directory}", "ckpt", timeout=TIMEOUT, env=ENV)
     assert_all_ranks_passed(run, 1, min_cases=6)

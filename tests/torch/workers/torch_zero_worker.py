@@ -9,6 +9,7 @@ Families:
            backward_passes_per_step=2, fp16 compression, op=Sum, gradient_predivide_factor: the
            parameters after K steps equal the unsharded optimizer's (bitwise or a stated tolerance),
            the state per rank is 1/N of the elements, p.grad is what docs/zero.md says.
+  more     Adagrad, RMSprop, Adamax, NAdam, RAdam (stage 2); broadcast_optimizer_state.
   clip     clip_grad_norm_ over the shards against torch's on the reduced whole gradients.
   ckpt     consolidate_state_dict -> a plain torch optimizer; a plain state dict -> sharded.
   save:D   sharded checkpoint written to D (with the consolidated one and the model, to compare).
@@ -25,7 +26,7 @@ import torch
 import collectives as hvd
 from collectives.adapters.torch import zero_buckets
 from collectives.errors import InvalidArgumentError, NotSupportedError, TensorMismatchError
-from collectives.torch.optimizer import Compression, DistributedOptimizer
+from collectives.torch.optimizer import Compression, DistributedOptimizer, broadcast_optimizer_state
 from common import Checker, raises
 
 torch.set_num_threads(1)
@@ -38,18 +39,18 @@ STEPS = 3
 class Net(torch.nn.Module):
     """fp32 and bf16 layers, a frozen parameter and one that never gets a gradient."""
 
-    def __init__(self):
+    def __init__(self, bf16=True):
         super().__init__()
         torch.manual_seed(0)
         self.a = torch.nn.Linear(8, 16)
-        self.b = torch.nn.Linear(16, 16).to(torch.bfloat16)
+        self.b = torch.nn.Linear(16, 16).to(torch.bfloat16 if bf16 else torch.float32)
         self.c = torch.nn.Linear(16, 3)
         self.frozen = torch.nn.Parameter(torch.randn(5), requires_grad=False)
         self.unused = torch.nn.Parameter(torch.randn(7))
 
     def forward(self, x):
         h = torch.tanh(self.a(x))
-        h = torch.tanh(self.b(h.to(torch.bfloat16)).float())
+        h = torch.tanh(self.b(h.to(self.b.weight.dtype)).float())
         return self.c(h) + self.frozen.sum()
 
 
@@ -143,6 +144,9 @@ def equiv(kind, stage, kw):
     # p.grad between steps: the local accumulated gradient at stage 1, None at stage 2
     x, y = batch(99, R)
     torch.nn.functional.mse_loss(model(x), y).backward()
+    if S > 1 and passes == 1:  # the reducescatters of the full buckets started during backward
+        waiting = [b for b in zopt._buckets if any(s.param is model.unused for s in b.slots)]
+        assert len(zopt._pending) == len(zopt._buckets) - len(waiting), (len(zopt._pending), len(zopt._buckets))
     zopt.synchronize()
     if stage == 2:
         assert all(p.grad is None for p in zopt._requires_update), "stage 2 keeps full gradients"
@@ -159,6 +163,46 @@ def equiv(kind, stage, kw):
     assert full == per_tensor * sum(p.numel() for p in zopt._requires_update)
     assert zopt.shard_state_numel() <= full / S + per_tensor * len(zopt._buckets) * 16, "padding beyond alignment"
     assert len(zopt.state) == 0
+
+
+def family_more():
+    """The other elementwise optimizers, stage 2 (Adagrad: state made at construction, carried over),
+    on fp32 parameters (RMSprop's momentum meets SGD's bf16 rounding, see tolerance())."""
+    more = {"adagrad": lambda g: torch.optim.Adagrad(g, lr=0.05, initial_accumulator_value=0.1),
+            "rmsprop": lambda g: torch.optim.RMSprop(g, lr=0.01, momentum=0.5),
+            "adamax": lambda g: torch.optim.Adamax(g, lr=0.01), "nadam": lambda g: torch.optim.NAdam(g, lr=0.01),
+            "radam": lambda g: torch.optim.RAdam(g, lr=0.01)}
+
+    def case(make):
+        model, ref = Net(bf16=False), Net(bf16=False)
+        zopt = DistributedOptimizer(make(groups(model)), zero_stage=2)
+        ropt = DistributedOptimizer(make(groups(ref)))
+        train(model, zopt, STEPS)
+        train(ref, ropt, STEPS)
+        assert_same_params(model, ref, 1e-5, "elementwise optimizer", alone=S == 1)
+
+    for name, make in more.items():
+        chk.check(f"more: {name}", lambda: case(make))
+
+    def broadcast():
+        model, zopt, ref, ropt = pair("adam", 1)
+        train(ref, ropt, STEPS)
+        if R == 0:  # a loaded checkpoint's hyperparameters, on the root only
+            zopt.load_state_dict(ropt.state_dict())
+            zopt.param_groups[1]["lr"] = 0.125
+        broadcast_optimizer_state(zopt, root_rank=0)  # hyperparameters only (docs/zero.md)
+        assert zopt.param_groups[1]["lr"] == 0.125
+        zopt.consolidate_state_dict(to=S - 1)  # rank 0 has state, the others none: no hang
+        if R == S - 1 and S > 1:  # rank 0's slices of the reference state, zeros elsewhere
+            got, want = zopt.state_dict()["state"], ropt.state_dict()["state"]
+            loaded = 0
+            for i, entry in got.items():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    v, w = entry[key], want[i][key]
+                    assert torch.all((v == w) | (v == 0)), f"state {i} {key}"
+                    loaded += int(torch.count_nonzero(v))
+            assert 0 < loaded < sum(int(torch.count_nonzero(st["exp_avg"])) for st in want.values()) * 2
+    chk.check("broadcast_optimizer_state", broadcast)
 
 
 # ---------------------------------------------------------------- clip
@@ -356,7 +400,7 @@ def family_sets():
     chk.check("process set of ranks 0 and 1", sets)
 
 
-FAMILIES = {"equiv": family_equiv, "clip": family_clip, "ckpt": family_ckpt, "errors": family_errors,
+FAMILIES = {"equiv": family_equiv, "more": family_more, "clip": family_clip, "ckpt": family_ckpt, "errors": family_errors,
             "sets": family_sets}
 
 
