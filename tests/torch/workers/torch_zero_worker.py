@@ -400,8 +400,8 @@ def family_sets():
     chk.check("process set of ranks 0 and 1", sets)
 
 
-FAMILIES = {"equiv": family_equiv, "more": family_more, "clip": family_clip, "ckpt": family_ckpt, "errors": family_errors,
-            "sets": family_sets}
+FAMILIES = {"equiv": family_equiv, "more": family_more, "clip": family_clip, "ckpt": family_ckpt,
+            "errors": family_errors, "sets": family_sets}
 
 
 def main():
