@@ -176,6 +176,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
     ``load_state_dict`` on the other ranks.
     """
     check_process_set(process_set)
+    if hasattr(optimizer, "broadcast_state_from"):  # sharded (zero_optimizer.py): its own collective
+        return optimizer.broadcast_state_from(root_rank)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     sparse = _sparse_parameters(model)

@@ -44,6 +44,7 @@ from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks
 from .sparse import sparse_allreduce_async
 from .tensors import to_numpy
+from .zero_optimizer import zero_optimizer
 from .tensors import wait  # internal handles: waited on without releasing them
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state", "Compression"]
@@ -342,7 +343,7 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=None):
+                         process_set=None, zero_stage=0):
     """Wrap a ``torch.optim.Optimizer`` so that gradients are averaged over all ranks.
 
     Returns an object of a dynamic subclass of the optimizer's class (``isinstance`` and
@@ -351,8 +352,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     means no compression. With a ``process_set``, gradients are averaged over its ranks only
     (every member must use the optimizer); on a rank outside the set it steps on the local
     gradients, as in Horovod, so every rank may build one optimizer per set. ``op=Adasum`` on more than
-    one rank returns Horovod's delta optimizer instead (``adasum_optimizer``).
+    one rank returns Horovod's delta optimizer instead (``adasum_optimizer``). ``zero_stage=1``
+    shards the optimizer state over the set's ranks, ``2`` the gradients too (``zero_optimizer``,
+    docs/zero.md).
     """
+    if zero_stage != 0:  # sharded state: its own wrapper, which checks every argument collectively
+        return zero_optimizer(optimizer, zero_stage, named_parameters, compression, backward_passes_per_step, op,
+                              gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set)
     if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
