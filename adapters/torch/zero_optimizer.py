@@ -51,6 +51,13 @@ __all__ = ["zero_optimizer"]
 class _ZeroOptimizer:
     """Mixin placed before the wrapped optimizer's class in a dynamic subclass."""
 
+    # torch.amp.GradScaler then hands step() its scale and found-inf flag (the attributes
+    # grad_scale and found_inf) instead of unscaling p.grad and skipping step() itself. Sharded
+    # gradients cannot use them yet: the flag comes from the local, unreduced p.grad (None at
+    # stage 2), so ranks could disagree, and the shards would step still scaled. step() refuses
+    # instead, on every rank alike (every rank runs the same scaler code).
+    _step_supports_amp_scaling = True
+
     # -- setup
 
     def _zero_setup(self, optimizer, stage, named_parameters, compression, backward_passes_per_step, op,
@@ -247,6 +254,10 @@ class _ZeroOptimizer:
                 slot.param.copy_(full[slot.offset:slot.offset + slot.numel].view(slot.param.shape))
 
     def step(self, closure=None):
+        if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
+            raise NotSupportedError(f"zero_stage={self.zero_stage}: torch.amp.GradScaler is not supported with a "
+                                    "sharded optimizer yet (its inf check reads the local, unreduced p.grad); use "
+                                    "bfloat16 autocast without a scaler, or zero_stage=0")
         loss = None
         if closure is not None:  # its backward's gradients are the ones this step reduces
             with torch.enable_grad():
