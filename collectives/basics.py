@@ -136,6 +136,7 @@ def _start_engine(comm):
                 return
             raise stopped_error(_engine, None)
         values = config.load()
+        config.export_engine_environment(values)
         _let_engine_initialize_mpi()
         mod = engine_module()
         mod.set_log_level(config.LOG_LEVELS.index(values["log_level"]))

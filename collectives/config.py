@@ -191,6 +191,20 @@ KNOBS = {
                               "instead of starting each one during backward (0: always start them during "
                               "backward, as Horovod does)."),
     "log_level": Knob("LOG_LEVEL", _parse_log_level, "warning", "Engine log level: " + ", ".join(LOG_LEVELS) + "."),
+    # Read by the engine where they act, once per process (csrc/monitor/latency_stages.h,
+    # csrc/gpu/gpu_kernels.cc): init() writes the parsed values back as "1"/"0"
+    # (ENGINE_ENVIRONMENT), so those readers see one spelling whatever the user wrote.
+    "latency_stages": Knob("LATENCY_STAGES", _parse_bool, False,
+                           "Print at shutdown, per rank, where the operations' time went (the hand-off to the "
+                           "engine, negotiation, the data call, the hand-off back) and how the negotiation "
+                           "travelled: 1, true, yes, on or 0, false, no, off."),
+    "gpu_copy_kernel": Knob("GPU_COPY_KERNEL", _parse_bool, True,
+                            "Pack and unpack fused GPU buffers with the engine's copy kernel (PTX loaded through "
+                            "the CUDA driver); 0: one device-to-device copy per tensor (to compare both paths)."),
+    # Read by collectives/gpu_libs.py, which finds the library the engine loads.
+    "nccl_library": Knob("NCCL_LIBRARY", str, "",
+                         "Path or soname of the NCCL library for GPU tensors; when set it is the only one tried "
+                         "(else the nvidia-nccl wheel's, then the system's)."),
     "elastic_commit_base_dir": Knob("ELASTIC_COMMIT_BASE_DIR", str, "",
                                     "Directory in which elastic jobs keep their commit directories "
                                     "(collectives-elastic-<job>, one file per rank) on every host; default /dev/shm "
@@ -219,6 +233,18 @@ def load(environ=None):
     if values["stall_check_disable"]:
         values["stall_check_s"] = 0.0
     return values
+
+
+# Knobs the engine reads from the environment itself, written back by ``export_engine_environment``.
+ENGINE_ENVIRONMENT = ("latency_stages", "gpu_copy_kernel")
+
+
+def export_engine_environment(values, environ=None):
+    """Writes the parsed values of ENGINE_ENVIRONMENT's knobs back as "1"/"0" under our variable
+    name (also when they came from Horovod's twin or the default), for the engine's readers."""
+    environ = os.environ if environ is None else environ
+    for key in ENGINE_ENVIRONMENT:
+        environ[KNOBS[key].env] = "1" if values[key] else "0"
 
 
 # What the autotuner may change; one of these set explicitly in the environment stays fixed.

@@ -25,8 +25,9 @@ import os
 import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
+from . import config
 
-NCCL_ENV = "COLLECTIVES_NCCL_LIBRARY"
+NCCL_ENV = config.KNOBS["nccl_library"].env  # the registry's (collectives/config.py)
 NCCL_SONAME = "libnccl.so.2"
 CUDA_DRIVER_SONAME = "libcuda.so.1"
 
@@ -149,7 +150,7 @@ def nccl_candidates(environ=None, search_paths: Optional[Sequence[str]] = None,
     """(source, path or soname) in the order they are tried; ``include_system=False`` leaves
     out the system's library (the dynamic loader's search, which no argument here controls)."""
     environ = os.environ if environ is None else environ
-    explicit = environ.get(NCCL_ENV)
+    explicit = config.read("nccl_library", environ)
     if explicit:
         return [("env", explicit)]
     paths = sys.path if search_paths is None else search_paths

@@ -41,7 +41,11 @@ SAMPLES = {
     "autotune_bayes_opt_max_samples": ("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "30", 30, "8", 8),
     "autotune_gaussian_process_noise": ("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.2", 0.2, "0.9", 0.9),
     "elastic_commit_base_dir": ("ELASTIC_COMMIT_BASE_DIR", "/scratch/h", "/scratch/h", "/scratch/c", "/scratch/c"),
+    "latency_stages": ("LATENCY_STAGES", "1", True, "off", False),
+    "gpu_copy_kernel": ("GPU_COPY_KERNEL", "0", False, "yes", True),
+    "nccl_library": ("NCCL_LIBRARY", "/h/libnccl.so.2", "/h/libnccl.so.2", "libnccl.so.2", "libnccl.so.2"),
 }
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
 
 
 def test_every_knob_has_a_sample():
@@ -49,6 +53,22 @@ def test_every_knob_has_a_sample():
     for key, (suffix, *_rest) in SAMPLES.items():
         assert config.KNOBS[key].env == "COLLECTIVES_" + suffix
         assert config.KNOBS[key].horovod_env == "HOROVOD_" + suffix
+
+
+def test_the_readme_table_lists_every_knob_and_no_other():
+    import re
+    with open(README) as f:
+        listed = set(re.findall(r"^\| `(COLLECTIVES_[A-Z0-9_]+)` \|", f.read(), re.M))
+    assert listed == {knob.env for knob in config.KNOBS.values()}
+
+
+def test_engine_environment_is_written_back_in_one_spelling():
+    environ = {"HOROVOD_LATENCY_STAGES": "yes", "COLLECTIVES_GPU_COPY_KERNEL": "off"}
+    config.export_engine_environment(config.load(environ), environ)
+    assert environ["COLLECTIVES_LATENCY_STAGES"] == "1" and environ["COLLECTIVES_GPU_COPY_KERNEL"] == "0"
+    environ = {}
+    config.export_engine_environment(config.load(environ), environ)
+    assert environ == {"COLLECTIVES_LATENCY_STAGES": "0", "COLLECTIVES_GPU_COPY_KERNEL": "1"}
 
 
 def test_defaults_with_empty_environment():
