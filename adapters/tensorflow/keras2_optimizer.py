@@ -25,7 +25,6 @@ import warnings
 
 import tensorflow as tf
 
-from .gradient_reducer import GradientReducer
 from .keras_flavors import CollectivesOptimizer, flavor_of
 
 
@@ -47,10 +46,7 @@ class Keras2DistributedOptimizer(CollectivesOptimizer):
     def _collectives_runtime(self):
         runtime = self.__dict__.get("_collectives_state")
         if runtime is None:
-            s = self._collectives_settings
-            prefix = s.prefix or f"DistributedOptimizer.{getattr(self, 'name', None) or type(self).__name__}"
-            runtime = _Runtime(GradientReducer(prefix, s.compression, s.op, s.gradient_predivide_factor, s.groups,
-                                               s.sparse_as_dense, s.process_set, s.scale_local_gradients))
+            runtime = _Runtime(self._collectives_settings.reducer(getattr(self, "name", None) or type(self).__name__))
             self.__dict__["_collectives_state"] = runtime
         return runtime
 

@@ -54,6 +54,12 @@ class _Settings:
         self.average_aggregated_gradients = average_aggregated_gradients
         self.scale_local_gradients = scale_local_gradients
 
+    def reducer(self, optimizer_name):
+        """The GradientReducer of one wrapped optimizer (both Kerases' wrappers make theirs here)."""
+        return GradientReducer(self.prefix or f"DistributedOptimizer.{optimizer_name}", self.compression, self.op,
+                               self.gradient_predivide_factor, self.groups, self.sparse_as_dense, self.process_set,
+                               self.scale_local_gradients)
+
 
 class _Runtime:
     """Per-optimizer state that Keras must not track or save: the reducer and the local
@@ -73,10 +79,7 @@ class _DistributedOptimizer(CollectivesOptimizer):
     def _collectives_runtime(self):
         runtime = self.__dict__.get("_collectives_state")
         if runtime is None:
-            s = self._collectives_settings
-            prefix = s.prefix or f"DistributedOptimizer.{self.name}"
-            runtime = _Runtime(GradientReducer(prefix, s.compression, s.op, s.gradient_predivide_factor, s.groups,
-                                               s.sparse_as_dense, s.process_set, s.scale_local_gradients))
+            runtime = _Runtime(self._collectives_settings.reducer(self.name))
             self.__dict__["_collectives_state"] = runtime
         return runtime
 

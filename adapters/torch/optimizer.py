@@ -41,7 +41,7 @@ from collectives.process_sets import process_set_id, set_size
 from .adasum_optimizer import _DistributedAdasumOptimizer, distributed_adasum_optimizer
 from .broadcasts import broadcast_optimizer_state, broadcast_parameters  # noqa: F401 - re-exported
 from .compression import Compression
-from .grad_hooks import register_grad_ready_hooks, remove_hooks
+from .grad_hooks import register_grad_ready_hooks, remove_hooks, synchronize_before_step
 from .sparse import sparse_allreduce_async
 from .tensors import to_numpy
 from .zero_optimizer import zero_optimizer
@@ -318,13 +318,7 @@ class _DistributedOptimizer:
             self._should_synchronize = True
 
     def step(self, closure=None):
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
-                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
-                              "consider using optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            self.synchronize()
+        synchronize_before_step(self)
         self._synchronized = False
         return super().step(closure)
 

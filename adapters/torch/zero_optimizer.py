@@ -26,7 +26,6 @@ Calls go downward only: this module uses the core (``collectives.ops`` through `
 import contextlib
 import math
 import os
-import warnings
 from collections import defaultdict
 
 import torch
@@ -40,7 +39,7 @@ from . import ops as raw
 from . import zero_checkpoint
 from .adasum_optimizer import _parameter_names
 from .compression import Compression
-from .grad_hooks import register_grad_ready_hooks, remove_hooks
+from .grad_hooks import register_grad_ready_hooks, remove_hooks, synchronize_before_step
 from .tensors import wait
 from .zero_buckets import build_buckets, signature
 from .zero_checks import agree, check_arguments
@@ -262,13 +261,7 @@ class _ZeroOptimizer:
         if closure is not None:  # its backward's gradients are the ones this step reduces
             with torch.enable_grad():
                 loss = closure()
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
-                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
-                              "consider using optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            self.synchronize()
+        synchronize_before_step(self)
         self._consolidated = None
         self._sync_hyperparameters()
         self._read_shards()
