@@ -184,15 +184,7 @@ Status Engine::Setup(MPI_Comm comm) {
   executor_.OnGpuIdle([this] {
     if (gpu_hold_.exchange(false)) bell_.RingOwn();
   });
-  ProcessSet everyone;
-  everyone.comm = job_.comm;
-  everyone.set_rank = job_.rank;
-  for (int r = 0; r < job_.size; ++r) everyone.ranks.push_back(r);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_ranks_[0] = everyone.ranks;
-  }
-  sets_.emplace(0, std::move(everyone));
+  process_sets_.AddWholeJob(job_);
   NegotiatorConfig negotiation;
   negotiation.rank = job_.rank;
   negotiation.size = job_.size;
@@ -250,9 +242,7 @@ void Engine::Teardown() {
   // No wake message is in flight any more: receive what arrived, then release the communicators.
   wake_messages_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
-  for (auto& kv : sets_)
-    if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
-  sets_.clear();
+  process_sets_.FreeAll();
   job_.Free();
   executor_.Release();  // the backends' MPI operators, the fusion buffer, the shared segments
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
@@ -313,15 +303,15 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   Status failure;
   for (Submission& s : subs) {
     Request& q = s.request;
-    auto set = set_ranks_.find(q.process_set);
-    if (set == set_ranks_.end())
+    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
+    if (members == nullptr)
       return Status::Error(StatusCode::INVALID_ARGUMENT, "process set " + std::to_string(q.process_set) +
                                                              " does not exist (tensor '" + q.name + "')");
-    if (std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
+    if (std::find(members->begin(), members->end(), job_.rank) == members->end())
       return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(job_.rank) +
                                                              " is not a member of process set " +
                                                              std::to_string(q.process_set) + " (tensor '" + q.name + "')");
-    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, job_.size);
+    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, *members, job_.size);
     if (!st.ok() && failure.ok()) failure = st;
     QualifyName(&q);
   }
@@ -378,8 +368,8 @@ void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& rea
   if (!running_ || shutdown_requested_) return;
   std::vector<Request> valid;
   for (Request& q : reqs) {
-    auto set = set_ranks_.find(q.process_set);
-    if (set == set_ranks_.end() || std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
+    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
+    if (members == nullptr || std::find(members->begin(), members->end(), job_.rank) == members->end())
       continue;  // no set of ours expects this name
     QualifyName(&q);
     valid.push_back(std::move(q));

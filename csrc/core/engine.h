@@ -33,6 +33,7 @@
 
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
+#include "core/process_set_table.h"
 #include "core/submission_queue.h"
 #include "monitor/monitors.h"
 #include "shm/doorbell.h"
@@ -249,8 +250,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
   std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under cycle_mu_
-  // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
-  std::unordered_map<int32_t, std::vector<int>> set_ranks_;
   bool shutdown_requested_ = false;
   bool process_exiting_ = false;  // Shutdown(true): this process is ending
   bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
@@ -276,9 +275,9 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   Negotiator negotiator_;
   // The process sets stay here rather than in the negotiator, which only reads them: control
   // operations create and remove them during execution (engine_executor.cc), and the executor,
-  // the watchdog and Teardown use them too.
-  std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on job_.comm
-  int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
+  // the watchdog and Teardown use them too. Their communicators are the cycle's (cycle_mu_), their
+  // members for the checks at enqueue are under mu_ (process_set_table.h).
+  ProcessSetTable process_sets_{mu_};
   // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
   // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
   static constexpr int kQuietDoublings = 5;

@@ -30,7 +30,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (monitors_.stages_on)
     for (Pending& p : fresh) p.picked = now;
 
-  const NegotiationContext ctx{sets_, monitors_.timeline, monitors_.watchdog, executor_, *this, monitors_.stages_on};
+  const NegotiationContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, executor_, *this, monitors_.stages_on};
   Negotiation n;
   const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
   if (n.carried_bit >= 0 && monitors_.autotune.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));

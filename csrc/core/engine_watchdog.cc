@@ -19,7 +19,7 @@ Status Engine::StartWatchdog() {
   std::vector<std::string> hosts;
   Status st = MpiBackend::HostNames(job_.comm, &hosts);
   if (!st.ok()) return st;
-  monitors_.watchdog.AddSet(0, sets_.at(0).ranks);
+  monitors_.watchdog.AddSet(0, process_sets_.whole_job().ranks);
   monitors_.watchdog.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
                   [this](const std::string& message) { OnBackendStall(message); });
   return Status::Ok();

@@ -23,6 +23,7 @@
 #include "operation/message.h"
 #include "backends/mpi/mpi_backend.h"
 #include "backends/nccl/nccl_backend.h"
+#include "execution/execution_listener.h"
 #include "execution/host_algorithms.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
@@ -33,24 +34,6 @@
 #include "monitor/watchdog.h"
 
 namespace collectives {
-
-// The engine's side of execution: how an operation's outcome reaches its caller, and what
-// changes the engine's own tables. Engine implements it (engine_executor.cc).
-class ExecutionListener {
- public:
-  // Completes a host operation's handle (or an error submission); `p` is still pending.
-  virtual void Finish(Pending& p, Result&& result) = 0;
-  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
-  virtual void FinishDevice(int64_t handle, const std::string& name, Result&& result) = 0;
-  // A control operation (join, process set creation and removal): these change the engine's
-  // tables. `orphans`: waiting requests of a removed process set.
-  virtual Status ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) = 0;
-  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
-  virtual void EvictBits(const std::vector<int>& bits) = 0;
-
- protected:
-  ~ExecutionListener() = default;
-};
 
 // What one cycle's execution reads and changes of the engine's state. All of it belongs to
 // whoever runs the cycle (the engine's cycle_mu_), except what the listener locks itself.
