@@ -233,7 +233,7 @@ void Engine::Teardown() {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
   }
-  FailAll(stopped_status_);
+  sink_.FailAll(stopped_status_);
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
   executor_.ShutdownDevice(stopped_status_);
@@ -342,7 +342,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     }
     p.enqueued = now;
     const int64_t handle = queue_.Add(std::move(p));
-    handles_.Add(handle);
+    sink_.handles().Add(handle);
     handles->push_back(handle);
   }
   submissions_.fetch_add(1);
@@ -397,23 +397,6 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
   if (!any) return;
   submissions_.fetch_add(1);
   bell_.RingOwn();
-}
-
-void Engine::CompleteHandle(int64_t handle, Result&& result) { handles_.Complete(handle, std::move(result)); }
-
-void Engine::FailAll(const Status& status) {
-  std::vector<Pending> waiting;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.TakeAll(&waiting);
-    negotiator_.TakeAll(&waiting);  // the negotiated entries, then those held behind their name
-    queue_.ForgetNames();
-  }
-  for (Pending& p : waiting) {
-    Result r;
-    r.status = Status::Error(status.code, status.message + " (tensor '" + p.request.name + "' was pending)");
-    CompleteHandle(p.handle, std::move(r));
-  }
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {

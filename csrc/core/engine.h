@@ -13,7 +13,7 @@
 //
 // Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
 // peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
-// the executor), engine_inline.cc (callers running cycles), engine_executor.cc (the engine's
+// the executor, and ExecuteAll), engine_inline.cc (callers running cycles), completion_sink.cc (the engine's
 // side of execution and negotiation: completing handles, join and process sets),
 // engine_autotune.cc, engine_watchdog.cc, engine_stop.cc (why the engine stopped).
 #pragma once
@@ -33,6 +33,8 @@
 
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
+#include "core/engine_config.h"
+#include "core/completion_sink.h"
 #include "core/process_set_table.h"
 #include "core/submission_queue.h"
 #include "monitor/monitors.h"
@@ -50,32 +52,6 @@
 
 namespace collectives {
 
-struct EngineConfig {
-  int64_t fusion_threshold = 128LL * 1024 * 1024;
-  double cycle_time_ms = 1.0;
-  int cache_capacity = 1024;
-  std::string timeline_path;
-  bool timeline_mark_cycles = false;
-  double stall_check_s = 60.0;
-  double stall_shutdown_s = 1800.0;  // collectives/config.py's default
-  double init_timeout_s = 300.0;     // Start gives up when not every rank arrives; 0: never
-  double finalize_timeout_s = 1800.0;  // MPI_Finalize at exit gives up after this (process_exit.h); 0: never
-  int64_t buffer_pool_bytes = 32LL * 1024 * 1024;  // idle host buffers kept for reuse (buffer_pool.h)
-  bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
-  bool hierarchical_allgather = false;
-  bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
-  bool cma_allreduce = true;  // large host allreduces by cross-memory attach on one host (cross_memory_allreduce.h)
-  bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
-  bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
-  bool gpu_fusion_wait = true;  // GPU work waits while the GPU is busy, to fuse (engine_wake.cc)
-  double gpu_fusion_wait_ms = 100.0;  // ... at most this long after the oldest of it arrived
-  AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
-  // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
-  std::string cuda_driver_library = "libcuda.so.1";
-  std::string nccl_library;  // empty: not found, and nccl_problem says why
-  std::string nccl_problem;
-};
-
 // What a caller asks for: the request plus its buffers (output may be null when the engine
 // allocates it: allgather, alltoall). Tensors in GPU memory have request.device >= 0 (or -2:
 // a device the engine must find out from the pointer) and the producer's stream.
@@ -86,7 +62,7 @@ struct Submission {
   uintptr_t stream = 0;
 };
 
-class Engine final : private ExecutionListener, private NegotiationListener {
+class Engine final {
  public:
   Engine() = default;
   ~Engine();
@@ -145,7 +121,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // Bad input found on this rank before submitting (e.g. by the Python layer): the other
   // ranks fail these names with `reason` instead of waiting for them. Nothing to wait for here.
   void AnnounceFailure(std::vector<Request>&& requests, const std::string& reason);
-  bool Poll(int64_t handle) { return forked_child() || handles_.Poll(handle); }
+  bool Poll(int64_t handle) { return forked_child() || sink_.handles().Poll(handle); }
   // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
   // loops); true when done or unknown. `first`: the caller's first call for this handle, which
   // spins briefly before sleeping.
@@ -153,7 +129,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // `run_cycles` is false (a framework kernel's thread: see tensorflow_kernels.cc).
   bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles = true);
   // Removes a completed handle and returns its outcome.
-  Result Collect(int64_t handle) { return handles_.Collect(handle); }
+  Result Collect(int64_t handle) { return sink_.handles().Collect(handle); }
 
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
@@ -181,11 +157,9 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // the GPU still runs earlier collectives (engine_wake.cc).
   bool HoldForGpuFusion(Clock::time_point now, Clock::time_point* until);
   Clock::duration NextCycleInterval() const;  // from the last cycle's start to the next's, while active
-  void CompleteHandle(int64_t handle, Result&& result);
   void QualifyName(Request* q);
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
-  void FailAll(const Status& status);
 
   // engine_inline.cc: runs cycles on the calling thread until `handle` completes or `until`
   // passes, if no other thread is running one; true when the handle is done.
@@ -207,16 +181,9 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // include GPU work, which only the engine thread runs.
   bool RunCycle(bool* active, bool* declined = nullptr);
 
-  // engine_executor.cc: the engine's side of execution (executor.h) and of negotiation
-  // (negotiator.h). ExecuteAll hands a cycle's responses to the executor with what it needs of
-  // the engine's state; the executor reports back through the ExecutionListener overrides, the
-  // negotiator through the NegotiationListener's (Finish, for the allreduce it carried).
+  // Hands a cycle's responses to the executor with what it needs of the engine's state; the
+  // executor reports back to the completion sink, as the negotiator does.
   void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
-  void Finish(Pending& p, Result&& result) override;  // both listeners'
-  void EvictBits(const std::vector<int>& bits) override { negotiator_.EvictBits(bits); }
-  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
-  void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
-  Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
 
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)
@@ -257,7 +224,6 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   StopInfo stop_info_;            // set when the engine thread ends
   Status stopped_status_;  // why the engine stopped, for requests made afterwards
 
-  HandleTable handles_;
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
   Monitors monitors_;
 
@@ -274,10 +240,13 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // response cache, the coordinator and the cycle counts (negotiator.h).
   Negotiator negotiator_;
   // The process sets stay here rather than in the negotiator, which only reads them: control
-  // operations create and remove them during execution (engine_executor.cc), and the executor,
+  // operations create and remove them during execution (completion_sink.cc), and the executor,
   // the watchdog and Teardown use them too. Their communicators are the cycle's (cycle_mu_), their
   // members for the checks at enqueue are under mu_ (process_set_table.h).
   ProcessSetTable process_sets_{mu_};
+  // Where operations end (completion_sink.h): the handles, and the executor's and the negotiator's
+  // listener. Declared after what it refers to.
+  CompletionSink sink_{mu_, queue_, monitors_, negotiator_, process_sets_, executor_, job_};
   // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
   // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
   static constexpr int kQuietDoublings = 5;

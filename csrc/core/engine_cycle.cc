@@ -1,6 +1,6 @@
 // One cycle on the engine's side: the queue's new submissions go to the negotiator
-// (negotiator.h), which returns what every rank runs next; the executor runs it (executor.h,
-// through engine_executor.cc); then the autotuner's decision point, and whether the engine stops.
+// (negotiator.h), which returns what every rank runs next; the executor runs it (executor.h),
+// reporting to the completion sink (completion_sink.h); then the autotuner's decision point, and whether the engine stops.
 #include "core/engine.h"
 #include "common/log.h"
 
@@ -30,7 +30,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (monitors_.stages_on)
     for (Pending& p : fresh) p.picked = now;
 
-  const NegotiationContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, executor_, *this, monitors_.stages_on};
+  const NegotiationContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, executor_, sink_, monitors_.stages_on};
   Negotiation n;
   const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
   if (n.carried_bit >= 0 && monitors_.autotune.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));
@@ -67,6 +67,14 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     return false;
   }
   return true;
+}
+
+void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
+  if (responses.empty()) return;
+  const ExecutionContext ctx{process_sets_.sets(), negotiator_.pending(), negotiator_.cache(), monitors_.timeline,
+                             monitors_.watchdog, sink_, negotiator_.joined(), negotiator_.join_mode(),
+                             config_.fusion_threshold, gpu_device_};
+  executor_.Execute(responses, cache_bits, ctx);
 }
 
 }  // namespace collectives

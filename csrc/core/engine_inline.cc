@@ -18,7 +18,7 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout,
   if (forked_child()) return true;
   const auto until = Clock::now() + timeout;
   bool done = false;
-  if (run_cycles && CallerMayRunCycles() && !handles_.Poll(handle)) done = RunCyclesInline(handle, until);
+  if (run_cycles && CallerMayRunCycles() && !sink_.handles().Poll(handle)) done = RunCyclesInline(handle, until);
   if (!done) {
     // The engine thread runs the cycle (it was busy, or the wait ran out): Enqueue did not wake
     // it for a caller that waits, so do it now.
@@ -28,7 +28,7 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout,
     }
     bell_.RingOwn();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-    done = handles_.Wait(handle, first && spin_, std::max(left, std::chrono::milliseconds(0)));
+    done = sink_.handles().Wait(handle, first && spin_, std::max(left, std::chrono::milliseconds(0)));
   }
   if (done && monitors_.stages_on) monitors_.stages.RecordWaitReturned();
   return done;
@@ -42,7 +42,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
     queue_.Unclaim();  // ours now: this thread's WaitForCycle sees them as local work
   }
   SetWaitAbort(&abort_inline_);
-  while (!cycles_over_ && !abort_inline_ && !handles_.Poll(handle) && Clock::now() < until) {
+  while (!cycles_over_ && !abort_inline_ && !sink_.handles().Poll(handle) && Clock::now() < until) {
     WaitForCycle(cycle, until);
     if (cycles_over_ || Clock::now() >= until) break;
     bool declined = false;
@@ -62,7 +62,7 @@ bool Engine::RunCyclesInline(int64_t handle, Clock::time_point until) {
   }
   cycle.unlock();
   if (left) bell_.RingOwn();
-  return handles_.Poll(handle);
+  return sink_.handles().Poll(handle);
 }
 
 }  // namespace collectives

@@ -41,7 +41,7 @@ void Engine::OnBackendStall(const std::string& message) {
     stop_info_.reason = st;
     running_ = false;
   }
-  handles_.FailUndone(st);
+  sink_.handles().FailUndone(st);
   abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
   bell_.RingOwn();
 }

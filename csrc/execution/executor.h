@@ -6,7 +6,7 @@
 // cache, the timeline, the watchdog, and the engine's side of each outcome (ExecutionListener).
 //
 // Files: executor.cc (fusion, host execution), device_executor.cc (tensors in GPU memory);
-// the engine's side is engine_executor.cc.
+// the engine's side is core/completion_sink.cc.
 #pragma once
 #include <mpi.h>
 

@@ -14,7 +14,7 @@
 //
 // Files: negotiator.cc (the protocol, and the small allreduce the negotiation carries); the
 // engine's side is engine_cycle.cc (one cycle: the queue to the negotiator, its responses to the
-// executor) and engine_executor.cc (completing handles, join and process sets).
+// executor) and completion_sink.cc (completing handles, join and process sets).
 #pragma once
 #include <mpi.h>
 
@@ -39,7 +39,7 @@
 
 namespace collectives {
 
-// The engine's side of negotiation. Engine implements it (engine_executor.cc).
+// The engine's side of negotiation. The engine's CompletionSink implements it (core/completion_sink.h).
 class NegotiationListener {
  public:
   // Completes the handle of an allreduce the negotiation carried (`p` is still pending).
