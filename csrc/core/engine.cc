@@ -77,7 +77,7 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
 void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   NameThisThread("coll-engine");
   // Held from Setup to Teardown but while waiting for the next cycle, when a caller may run one.
-  std::unique_lock<std::mutex> cycle(cycle_mu_);
+  std::unique_lock<std::mutex> cycle(driver_.cycle_mu());
   Status st = Setup(comm);
   bool late = false;
   {
@@ -105,13 +105,7 @@ void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
     started.set_value(Status::Ok());
   }
 
-  while (true) {
-    WaitForCycle(cycle);
-    if (cycles_over_) break;  // a caller's cycle decided to stop
-    caller_ran_last_ = false;
-    if (!RunCycle(&active_)) break;
-  }
-  cycles_over_ = true;
+  driver_.RunCycles(cycle);
   Teardown();
 }
 
@@ -142,8 +136,8 @@ Status Engine::Setup(MPI_Comm comm) {
   SetLogRank(job_.rank);
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
-  spin_ = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();
-  SetWaitSpinAllowed(spin_);
+  const bool spin = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();
+  SetWaitSpinAllowed(spin);
   {
     // The host's count of waiting threads, which the waiting policy subtracts from the machine's
     // load (wait_policy.h). Never unmapped: a user thread may be inside a wait when the engine
@@ -159,7 +153,7 @@ Status Engine::Setup(MPI_Comm comm) {
   }
   setup_step_ = "the doorbells in shared memory (needs every rank on this host)";
   {
-    Status rung = bell_.Init(job_.comm, job_.local_comm);
+    Status rung = wakeups_.Init(job_, spin);
     if (!rung.ok()) return rung;
   }
   setup_step_ = "the engine's setup after MPI_Comm_dup";
@@ -167,7 +161,7 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.rank = job_.rank;
   exec.local_rank = job_.local_rank;
   exec.local_size = job_.local_size;
-  exec.spin = spin_;
+  exec.spin = spin;
   exec.hierarchical_allreduce = config_.hierarchical_allreduce;
   exec.hierarchical_allgather = config_.hierarchical_allgather;
   exec.shm_allreduce = config_.shm_allreduce;
@@ -181,9 +175,7 @@ Status Engine::Setup(MPI_Comm comm) {
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
   executor_.InitDevice(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  executor_.OnGpuIdle([this] {
-    if (gpu_hold_.exchange(false)) bell_.RingOwn();
-  });
+  executor_.OnGpuIdle([this] { driver_.GpuIdle(); });
   process_sets_.AddWholeJob(job_);
   NegotiatorConfig negotiation;
   negotiation.rank = job_.rank;
@@ -202,8 +194,8 @@ Status Engine::Setup(MPI_Comm comm) {
   st = StartWatchdog();
   if (!st.ok()) return st;
   SetBufferPoolLimit(config_.buffer_pool_bytes);
-  wake_messages_.Start(job_.comm);
-  last_cycle_start_ = Clock::now();
+  wakeups_.StartMessages(job_.comm);
+  driver_.Start();
   return Status::Ok();
 }
 
@@ -240,7 +232,7 @@ void Engine::Teardown() {
   monitors_.timeline.Stop();
   if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
-  wake_messages_.Drain();
+  wakeups_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
   process_sets_.FreeAll();
   job_.Free();
@@ -269,7 +261,7 @@ void Engine::Shutdown(bool process_exiting) {
     shutdown_requested_ = true;
     if (process_exiting) process_exiting_ = true;
   }
-  bell_.RingOwn();
+  wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.
   static std::mutex join_mu;
   std::lock_guard<std::mutex> lock(join_mu);
@@ -345,13 +337,13 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     sink_.handles().Add(handle);
     handles->push_back(handle);
   }
-  submissions_.fetch_add(1);
+  wakeups_.Submitted();
   // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
   // engine thread then.
   if (caller_waits && CallerMayRunCycles())
     queue_.Claim(subs.size());
   else
-    bell_.RingOwn();
+    wakeups_.Ring();
   return Status::Ok();
 }
 
@@ -395,8 +387,8 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
     any = true;
   }
   if (!any) return;
-  submissions_.fetch_add(1);
-  bell_.RingOwn();
+  wakeups_.Submitted();
+  wakeups_.Ring();
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {

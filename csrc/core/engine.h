@@ -35,10 +35,10 @@
 #include "core/agreed_layouts.h"
 #include "core/engine_config.h"
 #include "core/completion_sink.h"
+#include "core/cycle_driver.h"
 #include "core/process_set_table.h"
 #include "core/submission_queue.h"
 #include "monitor/monitors.h"
-#include "shm/doorbell.h"
 #include "execution/executor.h"
 #include "operation/handle_table.h"
 #include "backends/mpi/job_layout.h"
@@ -48,7 +48,7 @@
 #include "common/process_id.h"
 #include "operation/process_set.h"
 #include "common/status.h"
-#include "core/wake_messages.h"
+#include "core/wakeups.h"
 
 namespace collectives {
 
@@ -146,24 +146,11 @@ class Engine final {
   // from everyone's parts (null: the exchange failed).
   int StopFlagsLocked() const;
   void RecordStop(const std::vector<int>* everyone);
-  // Returns when the next cycle is due; `cycle` (cycle_mu_) is held on entry and on return and
-  // released while it sleeps. `until`: a caller running cycles (engine_inline.cc) gives up then.
-  void WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until = Clock::time_point::max());
-  bool PollWake();
-  bool PeerStarted();  // a peer started the cycle we are to run next (doorbell or MPI message)
-  void SendWake();
-  Clock::duration CycleTime() const;
-  // Under mu_: whether the queued work (all of it for the GPU) waits, and until when, because
-  // the GPU still runs earlier collectives (engine_wake.cc).
-  bool HoldForGpuFusion(Clock::time_point now, Clock::time_point* until);
-  Clock::duration NextCycleInterval() const;  // from the last cycle's start to the next's, while active
   void QualifyName(Request* q);
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
 
-  // engine_inline.cc: runs cycles on the calling thread until `handle` completes or `until`
-  // passes, if no other thread is running one; true when the handle is done.
-  bool RunCyclesInline(int64_t handle, Clock::time_point until);
+  // Whether a caller waiting for its result may run the cycles itself (cycle_driver.h).
   bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !abandoned_; }
 
   // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
@@ -203,20 +190,14 @@ class Engine final {
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
   std::atomic<bool> running_{false};
-  // Short spins before sleeping save the wake-up latency of a condition variable (tens of
-  // microseconds on a VM) when a core is free for it; off when ranks oversubscribe the cores.
-  bool spin_ = false;
-  std::atomic<uint64_t> submissions_{0};  // bumped by Enqueue
-  // Where the threads that start cycles sleep between them, woken by our own submissions and by
-  // the peers on this host that start a cycle (doorbell.h). Rung after the state it announces
-  // changed (under mu_ or atomically), so a sleeper that read Seen() before looking misses none.
-  Doorbell bell_;
-  std::atomic<bool> gpu_hold_{false};  // GPU work waits for the GPU to finish earlier work: ring when it has
+  // The doorbell, the wake messages to other hosts, the submission count and whether waiting
+  // threads spin (wakeups.h): atomic or the cycle runner's, no lock.
+  Wakeups wakeups_;
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
-  std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under cycle_mu_
+  std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu
   bool shutdown_requested_ = false;
   bool process_exiting_ = false;  // Shutdown(true): this process is ending
   bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
@@ -227,31 +208,25 @@ class Engine final {
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
   Monitors monitors_;
 
-  // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
-  // result while the engine thread is idle (engine_inline.cc). The cycle state below is theirs.
-  std::mutex cycle_mu_;
-  bool active_ = false;        // some rank has work in flight: the next cycle is due soon
-  bool cycles_over_ = false;   // a cycle decided that the engine stops: the engine thread tears down
-  bool caller_ran_last_ = false;  // the last cycle was a caller's: the engine thread stays asleep
-  std::atomic<bool> abort_inline_{false};  // the watchdog fired: a caller stops waiting inside MPI
-
-  // Cycle state (cycle_mu_).
+  // Cycle state: whoever runs a cycle holds the cycle driver's cycle_mu (cycle_driver.h): the
+  // engine thread, or a caller waiting for its own result while the engine thread is idle.
   // The protocol that decides each cycle's responses, with this rank's pending entries, the
   // response cache, the coordinator and the cycle counts (negotiator.h).
   Negotiator negotiator_;
   // The process sets stay here rather than in the negotiator, which only reads them: control
   // operations create and remove them during execution (completion_sink.cc), and the executor,
-  // the watchdog and Teardown use them too. Their communicators are the cycle's (cycle_mu_), their
+  // the watchdog and Teardown use them too. Their communicators are the cycle's (the cycle driver's cycle_mu), their
   // members for the checks at enqueue are under mu_ (process_set_table.h).
   ProcessSetTable process_sets_{mu_};
   // Where operations end (completion_sink.h): the handles, and the executor's and the negotiator's
   // listener. Declared after what it refers to.
   CompletionSink sink_{mu_, queue_, monitors_, negotiator_, process_sets_, executor_, job_};
-  // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
-  // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
-  static constexpr int kQuietDoublings = 5;
-  Clock::time_point last_cycle_start_;
-  WakeMessages wake_messages_;  // to and from peers on other hosts (engine_wake.cc)
+  // Who runs the cycles and when: the waiting between them, the GPU hold, callers' cycles
+  // (cycle_driver.h). Declared after what it refers to.
+  CycleDriver driver_{CycleInputs{mu_, queue_, shutdown_requested_, config_, executor_, negotiator_, gpu_device_,
+                                  monitors_, wakeups_, [this](bool* active, bool* declined) {
+                                    return RunCycle(active, declined);
+                                  }}};
 
   AgreedLayouts agreed_layouts_;
 };

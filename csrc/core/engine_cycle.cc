@@ -24,8 +24,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     queue_.TakeAll(&fresh);
     shutdown_local = shutdown_requested_;
   }
-  last_cycle_start_ = now;
-  gpu_hold_.store(false);  // whatever was held goes into this cycle
+  driver_.CycleStarted(now);  // whatever was held goes into this cycle
   monitors_.timeline.MarkCycle();
   if (monitors_.stages_on)
     for (Pending& p : fresh) p.picked = now;

@@ -42,8 +42,8 @@ void Engine::OnBackendStall(const std::string& message) {
     running_ = false;
   }
   sink_.handles().FailUndone(st);
-  abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
-  bell_.RingOwn();
+  driver_.AbortCallers();  // a caller running the cycle stops waiting in MPI and raises (cycle_driver.h)
+  wakeups_.Ring();
 }
 
 }  // namespace collectives
