@@ -41,7 +41,8 @@ void CycleDriver::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_
     {
       std::lock_guard<std::mutex> lock(in_.mu);
       Clock::time_point held_until;
-      if (in_.shutdown_requested || (in_.queue.HasUnclaimed() && !HoldForGpuFusion(Clock::now(), &held_until))) {
+      if (in_.lifetime.shutdown_requested_locked() ||
+          (in_.queue.HasUnclaimed() && !HoldForGpuFusion(Clock::now(), &held_until))) {
         gpu_hold_.store(false);
         start_others = true;
         break;

@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "core/engine_config.h"
+#include "core/engine_lifetime.h"
 #include "core/submission_queue.h"
 #include "core/wakeups.h"
 #include "monitor/monitors.h"
@@ -32,7 +33,7 @@ class Executor;
 struct CycleInputs {
   std::mutex& mu;                   // the engine's mu_: guards the queue and the shutdown request
   SubmissionQueue& queue;
-  const bool& shutdown_requested;
+  const EngineLifetime& lifetime;   // whether shutdown was asked for (under mu)
   const EngineConfig& config;       // the cycle time and fusion threshold as the autotuner leaves them
   const Executor& executor;         // whether the GPU is busy
   const Negotiator& negotiator;     // the cycle count, quiet cycles, whether entries are left

@@ -36,9 +36,10 @@ std::string JoinNames(const std::vector<Submission>& subs) {
 Engine::~Engine() { Shutdown(); }
 
 Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
-  if (thread_.joinable() || abandoned_) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
+  if (thread_.joinable() || lifetime_.abandoned())
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
-  owner_pid_ = CurrentPid();
+  lifetime_.Started();
   SetFinalizeTimeout(config_.finalize_timeout_s);
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
@@ -48,20 +49,15 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
   const double limit_s = std::min(config_.init_timeout_s, 10.0 * 365 * 24 * 3600);
   if (limit_s > 0 && ready.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!setup_done_) {
+    if (!lifetime_.setup_done_locked()) {
       // The thread cannot be stopped inside MPI: let it go, and keep this object (it uses it)
       // alive for good. Should Setup still complete, ThreadMain only stops the late ranks.
-      abandoned_ = true;
-      any_abandoned_ = true;
-      EndProcessWithoutTeardownAtExit();
       std::ostringstream os;
       os << "init() timed out after " << config_.init_timeout_s << " s: not every rank reached init() (this rank "
          << "waited in " << setup_step_.load() << ", which needs every rank of the communicator); set "
          << "COLLECTIVES_INIT_TIMEOUT_SECONDS to wait longer (0: no limit)";
-      stop_info_.stopped = true;
-      stop_info_.restartable = false;
-      stop_info_.reason = Status::Error(StatusCode::TIMEOUT, os.str());
-      const Status st = stop_info_.reason;
+      lifetime_.AbandonLocked(Status::Error(StatusCode::TIMEOUT, os.str()));
+      const Status st = lifetime_.stop_info_locked().reason;
       lock.unlock();
       thread_.detach();
       return st;
@@ -82,26 +78,15 @@ void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   bool late = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (abandoned_) {
-      if (!st.ok()) return;
-      // Setup completed after Start gave up (init timeout) and told its caller so. The ranks that
-      // arrived meanwhile now wait in their engines for this one: run one cycle that stops them
-      // all, as an exiting rank (this process will not start again), so that their operations
-      // fail at once instead of at the stall timeout.
-      late = true;
-      shutdown_requested_ = true;
-      process_exiting_ = true;
-      init_gave_up_ = true;
-    }
-    setup_done_ = true;
-    if (st.ok()) stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+    // After an init timeout the thread only ends, or stops the late ranks (engine_lifetime.h).
+    if (!lifetime_.SetupEndedLocked(st.ok(), &late)) return;
   }
   if (!st.ok()) {
     started.set_value(st);
     return;
   }
   if (!late) {
-    running_ = true;
+    lifetime_.MarkRunning();
     started.set_value(Status::Ok());
   }
 
@@ -121,8 +106,7 @@ Status Engine::Setup(MPI_Comm comm) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return Status::Error(StatusCode::INTERNAL, "MPI_Init_thread failed");
-    owns_mpi_ = true;
-    mpi_owner_pid_ = CurrentPid();
+    NoteMpiInitializedHere();
   }
   MPI_Query_thread(&thread_level_);
   if (thread_level_ < MPI_THREAD_SERIALIZED)
@@ -209,26 +193,30 @@ void Engine::Teardown() {
   bool mpi_failed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine = StopFlagsLocked();
-    mpi_failed = stopped_status_.code == StatusCode::INTERNAL;
+    mine = lifetime_.StopFlagsLocked();
+    mpi_failed = lifetime_.stopped_status().code == StatusCode::INTERNAL;
   }
   std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
+  auto record_stop = [&](const std::vector<int>* parts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lifetime_.RecordStopLocked(parts, job_.rank, job_.size);
+  };
   if (mpi_failed) {
-    RecordStop(nullptr);
+    record_stop(nullptr);
   } else {
     const bool exchanged = monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
       return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, job_.comm);
     }) == MPI_SUCCESS;
-    RecordStop(exchanged ? &everyone : nullptr);
+    record_stop(exchanged ? &everyone : nullptr);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
+    lifetime_.MarkStoppedLocked();
   }
-  sink_.FailAll(stopped_status_);
+  sink_.FailAll(lifetime_.stopped_status());
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  executor_.ShutdownDevice(stopped_status_);
+  executor_.ShutdownDevice(lifetime_.stopped_status());
   monitors_.timeline.Stop();
   if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
@@ -255,11 +243,10 @@ void Engine::Teardown() {
 void Engine::Shutdown(bool process_exiting) {
   // A forked child must not touch the parent's engine: its locks may be held by threads that
   // do not exist here. An abandoned engine's thread is stuck in MPI: nothing to stop or join.
-  if (forked_child() || abandoned_) return;
+  if (forked_child() || lifetime_.abandoned()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    shutdown_requested_ = true;
-    if (process_exiting) process_exiting_ = true;
+    lifetime_.RequestShutdownLocked(process_exiting);
   }
   wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.
@@ -291,7 +278,7 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!running_ || shutdown_requested_) return stopped_status_;
+  if (!lifetime_.accepting_locked()) return lifetime_.stopped_status();
   Status failure;
   for (Submission& s : subs) {
     Request& q = s.request;
@@ -357,7 +344,7 @@ void Engine::QualifyName(Request* q) {
 
 void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!running_ || shutdown_requested_) return;
+  if (!lifetime_.accepting_locked()) return;
   std::vector<Request> valid;
   for (Request& q : reqs) {
     const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
@@ -389,6 +376,12 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
   if (!any) return;
   wakeups_.Submitted();
   wakeups_.Ring();
+}
+
+Engine::StopInfo Engine::stop_info() {
+  if (forked_child()) return StopInfo();
+  std::lock_guard<std::mutex> lock(mu_);
+  return lifetime_.stop_info_locked();
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {

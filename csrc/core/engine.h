@@ -34,6 +34,8 @@
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
 #include "core/engine_config.h"
+#include "core/engine_lifetime.h"
+#include "core/process_exit.h"
 #include "core/completion_sink.h"
 #include "core/cycle_driver.h"
 #include "core/process_set_table.h"
@@ -73,33 +75,26 @@ class Engine final {
   // `process_exiting`: the process is about to end (atexit), so the other ranks learn that this
   // rank will not init() again.
   void Shutdown(bool process_exiting = false);
-  bool running() const { return running_; }
+  bool running() const { return lifetime_.running(); }
 
-  // Why the engine stopped, once its thread has ended. `restartable`: a later init() may start a
-  // new engine -- every rank stopped through shutdown() calls and none is exiting. A stall
-  // shutdown, an MPI failure, a rank's exit or an init() timeout is final for the process.
-  struct StopInfo {
-    bool stopped = false;
-    bool restartable = false;
-    Status reason;
-  };
+  // Why the engine stopped, once its thread has ended, and whether a later init() may start a new
+  // engine (engine_lifetime.h).
+  using StopInfo = EngineStopInfo;
   StopInfo stop_info();
 
   // A forked child holds a copy of this object but not its threads (whose locks it may hold):
   // it must not touch it, and must never destroy it.
-  bool forked_child() const { return owner_pid_ != 0 && owner_pid_ != CurrentPid(); }
-  int owner_pid() const { return owner_pid_; }
+  bool forked_child() const { return lifetime_.forked_child(); }
+  int owner_pid() const { return lifetime_.owner_pid(); }
   // Start timed out, or the watchdog found the engine thread stuck in a backend call: the thread
   // is stuck in MPI and still uses this object, which must therefore never be destroyed.
-  bool abandoned() const { return abandoned_; }
+  bool abandoned() const { return lifetime_.abandoned(); }
 
   // Whether MPI should be finalized at this process's exit: an engine thread of this very
   // process initialized it (not mpi4py's import; not the parent of a forked child, whose
   // MPI_Finalize would run the parent's shutdown protocol with the launcher) and no engine was
   // abandoned inside MPI, and no peer is known never to finalize (MPI_Finalize would wait for it).
-  static bool ShouldFinalizeMpi() {
-    return mpi_owner_pid_ == CurrentPid() && !any_abandoned_ && !peer_never_finalizes_;
-  }
+  static bool ShouldFinalizeMpi() { return ProcessShouldFinalizeMpi(); }
 
   // This rank's places in the job: rank, size, local and cross ones (job_layout.h).
   const JobLayout& job() const { return job_; }
@@ -142,16 +137,12 @@ class Engine final {
   void ThreadMain(MPI_Comm comm, std::promise<Status> started);
   Status Setup(MPI_Comm comm);
   void Teardown();
-  // engine_stop.cc: this rank's part of the exchange at Teardown (mu_ held), and stop_info_
-  // from everyone's parts (null: the exchange failed).
-  int StopFlagsLocked() const;
-  void RecordStop(const std::vector<int>* everyone);
   void QualifyName(Request* q);
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
 
   // Whether a caller waiting for its result may run the cycles itself (cycle_driver.h).
-  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !abandoned_; }
+  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !lifetime_.abandoned(); }
 
   // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
   // engine must stop (the broadcast failed).
@@ -175,21 +166,12 @@ class Engine final {
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)
   int thread_level_ = 0;
-  bool owns_mpi_ = false;
-  int owner_pid_ = 0;  // a forked child has the object but not the thread
-  // Start gave up on the engine thread (init timeout); set under mu_ unless setup_done_.
-  std::atomic<bool> abandoned_{false};
-  inline static std::atomic<int> mpi_owner_pid_{0};  // the process whose engine ran MPI_Init_thread
-  inline static std::atomic<bool> any_abandoned_{false};
-  // A peer's init() gave up (RecordStop): its process abandons its engine and skips MPI_Finalize.
-  inline static std::atomic<bool> peer_never_finalizes_{false};
   // What Setup is waiting for, for the init timeout's message.
   std::atomic<const char*> setup_step_{""};
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).
   Executor executor_;
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
-  std::atomic<bool> running_{false};
   // The doorbell, the wake messages to other hosts, the submission count and whether waiting
   // threads spin (wakeups.h): atomic or the cycle runner's, no lock.
   Wakeups wakeups_;
@@ -198,12 +180,9 @@ class Engine final {
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
   std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu
-  bool shutdown_requested_ = false;
-  bool process_exiting_ = false;  // Shutdown(true): this process is ending
-  bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
-  bool setup_done_ = false;       // the engine thread is past Setup and will run
-  StopInfo stop_info_;            // set when the engine thread ends
-  Status stopped_status_;  // why the engine stopped, for requests made afterwards
+  // Started, running, asked to stop, stopped and why, abandoned (engine_lifetime.h): under mu_
+  // but for its atomics.
+  EngineLifetime lifetime_;
 
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
   Monitors monitors_;
@@ -223,7 +202,7 @@ class Engine final {
   CompletionSink sink_{mu_, queue_, monitors_, negotiator_, process_sets_, executor_, job_};
   // Who runs the cycles and when: the waiting between them, the GPU hold, callers' cycles
   // (cycle_driver.h). Declared after what it refers to.
-  CycleDriver driver_{CycleInputs{mu_, queue_, shutdown_requested_, config_, executor_, negotiator_, gpu_device_,
+  CycleDriver driver_{CycleInputs{mu_, queue_, lifetime_, config_, executor_, negotiator_, gpu_device_,
                                   monitors_, wakeups_, [this](bool* active, bool* declined) {
                                     return RunCycle(active, declined);
                                   }}};

@@ -49,7 +49,8 @@ bool Engine::AutotuneAfterCycle(const std::vector<Response>& responses, Clock::t
       }) != MPI_SUCCESS) {
     Log(LogLevel::ERROR, "broadcast of the autotuned parameters failed; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure while broadcasting autotuned parameters");
+    lifetime_.set_stopped_status_locked(
+        Status::Error(StatusCode::INTERNAL, "MPI failure while broadcasting autotuned parameters"));
     return false;
   }
   const TunedParams p = monitors_.autotune.Apply(packed);

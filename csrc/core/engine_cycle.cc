@@ -22,7 +22,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
       return true;
     }
     queue_.TakeAll(&fresh);
-    shutdown_local = shutdown_requested_;
+    shutdown_local = lifetime_.shutdown_requested_locked();
   }
   driver_.CycleStarted(now);  // whatever was held goes into this cycle
   monitors_.timeline.MarkCycle();
@@ -36,14 +36,14 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (!st.ok()) {
     if (n.failed_first) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (abandoned_) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
+      if (lifetime_.abandoned()) return false;  // a caller's wait gave up after the watchdog fired: its reason stays
       Log(LogLevel::ERROR, st.message + "; stopping the engine");
-      stopped_status_ = st;
+      lifetime_.set_stopped_status_locked(st);
       return false;
     }
     Log(LogLevel::ERROR, st.message + "; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = st;
+    lifetime_.set_stopped_status_locked(st);
     return false;
   }
 
@@ -55,14 +55,15 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   if (n.stall_shutdown) {
     Log(LogLevel::ERROR, "shutting down after a stall: " + n.stall_reason);
     std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = Status::Error(StatusCode::TIMEOUT, "collectives shut down after a stall: " + n.stall_reason);
+    lifetime_.set_stopped_status_locked(
+        Status::Error(StatusCode::TIMEOUT, "collectives shut down after a stall: " + n.stall_reason));
     return false;
   }
   if (n.shutdown) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!shutdown_local)
-      stopped_status_ = Status::Error(StatusCode::SHUT_DOWN,
-                                      "collectives was shut down: another rank called shutdown() or exited");
+      lifetime_.set_stopped_status_locked(
+          Status::Error(StatusCode::SHUT_DOWN, "collectives was shut down: another rank called shutdown() or exited"));
     return false;
   }
   return true;

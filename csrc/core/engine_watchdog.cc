@@ -32,14 +32,9 @@ void Engine::OnBackendStall(const std::string& message) {
   const Status st = Status::Error(StatusCode::TIMEOUT, message);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abandoned_ = true;
-    any_abandoned_ = true;
-    EndProcessWithoutTeardownAtExit();
-    stopped_status_ = st;
-    stop_info_.stopped = true;
-    stop_info_.restartable = false;
-    stop_info_.reason = st;
-    running_ = false;
+    lifetime_.AbandonLocked(st);
+    lifetime_.set_stopped_status_locked(st);
+    lifetime_.MarkStoppedLocked();
   }
   sink_.handles().FailUndone(st);
   driver_.AbortCallers();  // a caller running the cycle stops waiting in MPI and raises (cycle_driver.h)
