@@ -42,7 +42,6 @@ class CompletionSink final : public ExecutionListener, public NegotiationListene
   void Finish(Pending& p, Result&& result) override;  // both listeners'
   void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
   Status ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) override;
-  void EvictBits(const std::vector<int>& bits) override { negotiator_.EvictBits(bits); }
   // Fails every operation not completed yet (queued, or negotiated and not run) with `status`.
   void FailAll(const Status& status);
 

@@ -159,9 +159,10 @@ class Engine final {
   // include GPU work, which only the engine thread runs.
   bool RunCycle(bool* active, bool* declined = nullptr);
 
-  // Hands a cycle's responses to the executor with what it needs of the engine's state; the
-  // executor reports back to the completion sink, as the negotiator does.
-  void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
+  // Runs a negotiation's responses: the negotiator plans this rank's part (cycle_plan.h), the
+  // executor runs it with what it needs of the engine's state and reports each outcome to the
+  // completion sink, and the negotiator finishes the cycle (its table, its cache).
+  void ExecuteAll(const Negotiation& n);
 
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)

@@ -47,7 +47,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
     return false;
   }
 
-  ExecuteAll(n.responses, n.cache_bits);
+  ExecuteAll(n);
   if (monitors_.autotune.tuning() && !AutotuneAfterCycle(n.responses, now)) return false;
   negotiator_.EndCycle(n);
   *active = n.active;
@@ -69,12 +69,14 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   return true;
 }
 
-void Engine::ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits) {
-  if (responses.empty()) return;
-  const ExecutionContext ctx{process_sets_.sets(), negotiator_.pending(), negotiator_.cache(), monitors_.timeline,
-                             monitors_.watchdog, sink_, negotiator_.joined(), negotiator_.join_mode(),
-                             config_.fusion_threshold, gpu_device_};
-  executor_.Execute(responses, cache_bits, ctx);
+void Engine::ExecuteAll(const Negotiation& n) {
+  if (n.responses.empty()) return;
+  CyclePlan plan;
+  negotiator_.Plan(n.responses, process_sets_.sets(), &plan);
+  const ExecutionContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, sink_, negotiator_.joined(),
+                             negotiator_.join_mode(), config_.fusion_threshold, gpu_device_};
+  executor_.Execute(plan, ctx);
+  negotiator_.EndExecution(n.cache_bits, sink_, &plan);
 }
 
 }  // namespace collectives

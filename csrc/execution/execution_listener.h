@@ -23,8 +23,6 @@ class ExecutionListener {
   // A control operation (join, process set creation and removal): these change the engine's
   // tables. `orphans`: waiting requests of a removed process set.
   virtual Status ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) = 0;
-  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
-  virtual void EvictBits(const std::vector<int>& bits) = 0;
 
  protected:
   ~ExecutionListener() = default;

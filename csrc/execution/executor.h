@@ -1,9 +1,10 @@
 // Execution: running one cycle's negotiated responses on the data backends, the same list in
 // the same order on every rank. The executor owns what only execution uses -- the MPI backend,
 // the host algorithms (hierarchical, shared memory, cross-memory attach), the NCCL backend and
-// the host fusion buffer -- and takes everything else it needs from the engine per cycle,
-// through an ExecutionContext: the process sets, this rank's pending entries, the response
-// cache, the timeline, the watchdog, and the engine's side of each outcome (ExecutionListener).
+// the host fusion buffer -- and takes everything else it needs per cycle: from the negotiator a
+// CyclePlan (cycle_plan.h: the responses and this rank's entries; the negotiator alone changes its
+// table and its response cache), from the engine an ExecutionContext (the process sets, the
+// timeline, the watchdog, and the engine's side of each outcome: ExecutionListener).
 //
 // Files: executor.cc (fusion, host execution), device_executor.cc (tensors in GPU memory);
 // the engine's side is core/completion_sink.cc.
@@ -27,8 +28,8 @@
 #include "execution/host_algorithms.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
+#include "negotiation/cycle_plan.h"
 #include "negotiation/negotiator.h"
-#include "negotiation/response_cache.h"
 #include "common/status.h"
 #include "monitor/timeline.h"
 #include "monitor/watchdog.h"
@@ -39,9 +40,6 @@ namespace collectives {
 // whoever runs the cycle (the engine's cycle_mu_), except what the listener locks itself.
 struct ExecutionContext {
   const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
-  // This rank's negotiated entries by name; executed ones are erased.
-  std::unordered_map<std::string, Pending>& pending;
-  ResponseCache& cache;  // changes in execution order, identically on every rank
   Timeline& timeline;
   Watchdog& watchdog;    // times the blocking backend calls
   ExecutionListener& engine;
@@ -86,9 +84,10 @@ class Executor final : public AllreduceRouting {
   // Frees the host backends' resources (no collective).
   void Release();
 
-  // Runs one cycle's responses; cache_bits[i] is the cache bit of a cached response, -1 for the
-  // coordinator's.
-  void Execute(const std::vector<Response>& responses, const std::vector<int>& cache_bits, const ExecutionContext& ctx);
+  // Runs one cycle's responses as the negotiator planned them for this rank (cycle_plan.h: the
+  // responses and this rank's entries), and reports back in the plan which entries ran and which
+  // requests a removed process set left waiting; the negotiator finishes the cycle with that.
+  void Execute(CyclePlan& plan, const ExecutionContext& ctx);
   // A removed process set's NCCL communicator goes once its GPU work is done.
   void ReleaseSet(int32_t process_set);
 
