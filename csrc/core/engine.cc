@@ -229,14 +229,16 @@ void Engine::Teardown() {
   // the caller (outputs) when they are released.
   SetBufferPoolLimit(0);
   monitors_.watchdog.Stop();
-  if (monitors_.stages_on)
+  if (monitors_.stages_on) {
+    const Negotiator::Report nr = negotiator_.report();
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
-                 static_cast<unsigned long long>(negotiator_.fused_discarded()),
-                 static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(monitors_.inline_cycles),
-                 negotiator_.transport(), static_cast<unsigned long long>(negotiator_.resizes()));
+                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(nr.fused_done),
+                 static_cast<unsigned long long>(nr.fused_discarded), static_cast<unsigned long long>(nr.cycles),
+                 static_cast<unsigned long long>(monitors_.inline_cycles), nr.transport,
+                 static_cast<unsigned long long>(nr.resizes));
+  }
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 

@@ -3,19 +3,21 @@
 // ranks which names are ready everywhere, executes them in the same order on every rank
 // (fusing small allreduces), and completes the handles.
 //
-// The engine thread's work is split between objects of its own, each with a narrow interface:
-// a Negotiator decides what runs in each cycle (negotiator.h), an Executor runs it on the
-// backends (executor.h), and the Monitors (monitors.h: timeline, watchdog, autotuner, stage
-// timing) watch them. Where this rank sits in the job is a JobLayout (job_layout.h), the
-// submissions not yet taken are a SubmissionQueue (submission_queue.h), and the wake messages to
-// other hosts are WakeMessages (wake_messages.h). The engine keeps what ties them together: the
-// handles, the process sets, the waking between cycles, and the stop.
+// The Engine is a facade over objects with narrow interfaces, each documenting which lock
+// guards it: a Negotiator decides what runs in each cycle and plans this rank's part
+// (negotiator.h, cycle_plan.h), an Executor runs it on the backends (executor.h), and the
+// Monitors (monitors.h: timeline, watchdog, autotuner, stage timing) watch them. The submissions
+// not yet taken are a SubmissionQueue (submission_queue.h); where operations end is the
+// CompletionSink (completion_sink.h: the handles, the listeners); the process sets are a
+// ProcessSetTable (process_set_table.h); who runs the cycles and when is the CycleDriver
+// (cycle_driver.h), over the Wakeups (wakeups.h: doorbell, wake messages); the engine's life
+// (started, stopped and why, abandoned) is its EngineLifetime (engine_lifetime.h). Where this rank
+// sits in the job is a JobLayout (job_layout.h). The engine keeps the public calls, the setup and
+// teardown that wire these together, and one cycle's steps.
 //
-// Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
-// peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
-// the executor, and ExecuteAll), engine_inline.cc (callers running cycles), completion_sink.cc (the engine's
-// side of execution and negotiation: completing handles, join and process sets),
-// engine_autotune.cc, engine_watchdog.cc, engine_stop.cc (why the engine stopped).
+// Files: engine.cc (start, setup, teardown, enqueue), engine_cycle.cc (one cycle: the queue's new
+// work to the negotiator, its plan to the executor), engine_inline.cc (a caller's Wait),
+// engine_autotune.cc, engine_watchdog.cc (the monitors' hooks).
 #pragma once
 #include <mpi.h>
 

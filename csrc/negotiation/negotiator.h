@@ -150,12 +150,15 @@ class Negotiator {
   int quiet_cycles() const { return quiet_cycles_; }
   // When this cycle's negotiation returned (only with NegotiationContext::stages).
   Clock::time_point negotiated_at() const { return negotiated_at_; }
-  // For the stage report: allreduces carried and completed, or carried and dropped; how the
-  // message travels, and how often its payload capacity changed.
-  uint64_t fused_done() const { return fused_done_; }
-  uint64_t fused_discarded() const { return fused_discarded_; }
-  const char* transport() const { return fused_.transport(); }
-  uint64_t resizes() const { return fused_.resizes(); }
+  // For the stage report (latency_stages.h), at the engine's end.
+  struct Report {
+    uint64_t fused_done = 0;       // allreduces the negotiation carried and completed
+    uint64_t fused_discarded = 0;  // ... carried and dropped
+    uint64_t cycles = 0;
+    const char* transport = "";    // how the message travels
+    uint64_t resizes = 0;          // how often its payload capacity changed
+  };
+  Report report() const { return {fused_done_, fused_discarded_, cycle_, fused_.transport(), fused_.resizes()}; }
 
  private:
   // negotiator.cc
