@@ -154,7 +154,7 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.stall_shutdown_s = config_.stall_shutdown_s;
   Status st = executor_.Init(job_.comm, job_.local_comm, job_.cross_comm, exec, &setup_step_);
   if (!st.ok()) return st;
-  st = StartAutotune();
+  st = autotune_.Start();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).

@@ -17,7 +17,8 @@
 //
 // Files: engine.cc (start, setup, teardown, enqueue), engine_cycle.cc (one cycle: the queue's new
 // work to the negotiator, its plan to the executor), engine_inline.cc (a caller's Wait),
-// engine_autotune.cc, engine_watchdog.cc (the monitors' hooks).
+// engine_watchdog.cc (the watchdog's hooks); the autotuner's are an EngineAutotune
+// (engine_autotune.h).
 #pragma once
 #include <mpi.h>
 
@@ -35,6 +36,7 @@
 
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
+#include "core/engine_autotune.h"
 #include "core/engine_config.h"
 #include "core/engine_lifetime.h"
 #include "core/process_exit.h"
@@ -146,11 +148,6 @@ class Engine final {
   // Whether a caller waiting for its result may run the cycles itself (cycle_driver.h).
   bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !lifetime_.abandoned(); }
 
-  // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
-  // engine must stop (the broadcast failed).
-  Status StartAutotune();
-  void AutotuneCount(const Response& r);
-  bool AutotuneAfterCycle(const std::vector<Response>& responses, Clock::time_point start);
 
   // engine_watchdog.cc: a backend call that never returns ends the process (watchdog.h).
   Status StartWatchdog();
@@ -182,10 +179,14 @@ class Engine final {
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
-  std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu
+  // A cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu.
+  std::vector<Pending> fresh_;
   // Started, running, asked to stop, stopped and why, abandoned (engine_lifetime.h): under mu_
   // but for its atomics.
   EngineLifetime lifetime_;
+  // The autotuner's hooks (engine_autotune.h): they change config_'s tuned knobs between cycles.
+  // It only keeps references, some to members declared below.
+  EngineAutotune autotune_{config_, executor_, monitors_, job_, mu_, lifetime_};
 
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
   Monitors monitors_;
@@ -197,8 +198,8 @@ class Engine final {
   Negotiator negotiator_;
   // The process sets stay here rather than in the negotiator, which only reads them: control
   // operations create and remove them during execution (completion_sink.cc), and the executor,
-  // the watchdog and Teardown use them too. Their communicators are the cycle's (the cycle driver's cycle_mu), their
-  // members for the checks at enqueue are under mu_ (process_set_table.h).
+  // the watchdog and Teardown use them too. Their communicators are the cycle's (the cycle
+  // driver's cycle_mu), their members for the checks at enqueue are under mu_ (process_set_table.h).
   ProcessSetTable process_sets_{mu_};
   // Where operations end (completion_sink.h): the handles, and the executor's and the negotiator's
   // listener. Declared after what it refers to.

@@ -32,7 +32,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   const NegotiationContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, executor_, sink_, monitors_.stages_on};
   Negotiation n;
   const Status st = negotiator_.Negotiate(std::move(fresh), shutdown_local, now, ctx, &n);
-  if (n.carried_bit >= 0 && monitors_.autotune.tuning()) AutotuneCount(negotiator_.cache().Get(n.carried_bit));
+  if (n.carried_bit >= 0 && monitors_.autotune.tuning()) autotune_.Count(negotiator_.cache().Get(n.carried_bit));
   if (!st.ok()) {
     if (n.failed_first) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -48,7 +48,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
   }
 
   ExecuteAll(n);
-  if (monitors_.autotune.tuning() && !AutotuneAfterCycle(n.responses, now)) return false;
+  if (monitors_.autotune.tuning() && !autotune_.AfterCycle(n.responses, now)) return false;
   negotiator_.EndCycle(n);
   *active = n.active;
 
