@@ -36,9 +36,10 @@ std::string JoinNames(const std::vector<Submission>& subs) {
 Engine::~Engine() { Shutdown(); }
 
 Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
-  if (thread_.joinable() || abandoned_) return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
+  if (thread_.joinable() || lifetime_.abandoned())
+    return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
-  owner_pid_ = CurrentPid();
+  lifetime_.Started();
   SetFinalizeTimeout(config_.finalize_timeout_s);
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
@@ -48,20 +49,15 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
   const double limit_s = std::min(config_.init_timeout_s, 10.0 * 365 * 24 * 3600);
   if (limit_s > 0 && ready.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!setup_done_) {
+    if (!lifetime_.setup_done_locked()) {
       // The thread cannot be stopped inside MPI: let it go, and keep this object (it uses it)
       // alive for good. Should Setup still complete, ThreadMain only stops the late ranks.
-      abandoned_ = true;
-      any_abandoned_ = true;
-      EndProcessWithoutTeardownAtExit();
       std::ostringstream os;
       os << "init() timed out after " << config_.init_timeout_s << " s: not every rank reached init() (this rank "
          << "waited in " << setup_step_.load() << ", which needs every rank of the communicator); set "
          << "COLLECTIVES_INIT_TIMEOUT_SECONDS to wait longer (0: no limit)";
-      stop_info_.stopped = true;
-      stop_info_.restartable = false;
-      stop_info_.reason = Status::Error(StatusCode::TIMEOUT, os.str());
-      const Status st = stop_info_.reason;
+      lifetime_.AbandonLocked(Status::Error(StatusCode::TIMEOUT, os.str()));
+      const Status st = lifetime_.stop_info_locked().reason;
       lock.unlock();
       thread_.detach();
       return st;
@@ -77,41 +73,24 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
 void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   NameThisThread("coll-engine");
   // Held from Setup to Teardown but while waiting for the next cycle, when a caller may run one.
-  std::unique_lock<std::mutex> cycle(cycle_mu_);
+  std::unique_lock<std::mutex> cycle(driver_.cycle_mu());
   Status st = Setup(comm);
   bool late = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (abandoned_) {
-      if (!st.ok()) return;
-      // Setup completed after Start gave up (init timeout) and told its caller so. The ranks that
-      // arrived meanwhile now wait in their engines for this one: run one cycle that stops them
-      // all, as an exiting rank (this process will not start again), so that their operations
-      // fail at once instead of at the stall timeout.
-      late = true;
-      shutdown_requested_ = true;
-      process_exiting_ = true;
-      init_gave_up_ = true;
-    }
-    setup_done_ = true;
-    if (st.ok()) stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+    // After an init timeout the thread only ends, or stops the late ranks (engine_lifetime.h).
+    if (!lifetime_.SetupEndedLocked(st.ok(), &late)) return;
   }
   if (!st.ok()) {
     started.set_value(st);
     return;
   }
   if (!late) {
-    running_ = true;
+    lifetime_.MarkRunning();
     started.set_value(Status::Ok());
   }
 
-  while (true) {
-    WaitForCycle(cycle);
-    if (cycles_over_) break;  // a caller's cycle decided to stop
-    caller_ran_last_ = false;
-    if (!RunCycle(&active_)) break;
-  }
-  cycles_over_ = true;
+  driver_.RunCycles(cycle);
   Teardown();
 }
 
@@ -127,8 +106,7 @@ Status Engine::Setup(MPI_Comm comm) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return Status::Error(StatusCode::INTERNAL, "MPI_Init_thread failed");
-    owns_mpi_ = true;
-    mpi_owner_pid_ = CurrentPid();
+    NoteMpiInitializedHere();
   }
   MPI_Query_thread(&thread_level_);
   if (thread_level_ < MPI_THREAD_SERIALIZED)
@@ -142,8 +120,8 @@ Status Engine::Setup(MPI_Comm comm) {
   SetLogRank(job_.rank);
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
-  spin_ = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();
-  SetWaitSpinAllowed(spin_);
+  const bool spin = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();
+  SetWaitSpinAllowed(spin);
   {
     // The host's count of waiting threads, which the waiting policy subtracts from the machine's
     // load (wait_policy.h). Never unmapped: a user thread may be inside a wait when the engine
@@ -159,7 +137,7 @@ Status Engine::Setup(MPI_Comm comm) {
   }
   setup_step_ = "the doorbells in shared memory (needs every rank on this host)";
   {
-    Status rung = bell_.Init(job_.comm, job_.local_comm);
+    Status rung = wakeups_.Init(job_, spin);
     if (!rung.ok()) return rung;
   }
   setup_step_ = "the engine's setup after MPI_Comm_dup";
@@ -167,7 +145,7 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.rank = job_.rank;
   exec.local_rank = job_.local_rank;
   exec.local_size = job_.local_size;
-  exec.spin = spin_;
+  exec.spin = spin;
   exec.hierarchical_allreduce = config_.hierarchical_allreduce;
   exec.hierarchical_allgather = config_.hierarchical_allgather;
   exec.shm_allreduce = config_.shm_allreduce;
@@ -176,23 +154,13 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.stall_shutdown_s = config_.stall_shutdown_s;
   Status st = executor_.Init(job_.comm, job_.local_comm, job_.cross_comm, exec, &setup_step_);
   if (!st.ok()) return st;
-  st = StartAutotune();
+  st = autotune_.Start();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
   executor_.InitDevice(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  executor_.OnGpuIdle([this] {
-    if (gpu_hold_.exchange(false)) bell_.RingOwn();
-  });
-  ProcessSet everyone;
-  everyone.comm = job_.comm;
-  everyone.set_rank = job_.rank;
-  for (int r = 0; r < job_.size; ++r) everyone.ranks.push_back(r);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_ranks_[0] = everyone.ranks;
-  }
-  sets_.emplace(0, std::move(everyone));
+  executor_.OnGpuIdle([this] { driver_.GpuIdle(); });
+  process_sets_.AddWholeJob(job_);
   NegotiatorConfig negotiation;
   negotiation.rank = job_.rank;
   negotiation.size = job_.size;
@@ -210,8 +178,8 @@ Status Engine::Setup(MPI_Comm comm) {
   st = StartWatchdog();
   if (!st.ok()) return st;
   SetBufferPoolLimit(config_.buffer_pool_bytes);
-  wake_messages_.Start(job_.comm);
-  last_cycle_start_ = Clock::now();
+  wakeups_.StartMessages(job_.comm);
+  driver_.Start();
   return Status::Ok();
 }
 
@@ -225,61 +193,64 @@ void Engine::Teardown() {
   bool mpi_failed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine = StopFlagsLocked();
-    mpi_failed = stopped_status_.code == StatusCode::INTERNAL;
+    mine = lifetime_.StopFlagsLocked();
+    mpi_failed = lifetime_.stopped_status().code == StatusCode::INTERNAL;
   }
   std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
+  auto record_stop = [&](const std::vector<int>* parts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lifetime_.RecordStopLocked(parts, job_.rank, job_.size);
+  };
   if (mpi_failed) {
-    RecordStop(nullptr);
+    record_stop(nullptr);
   } else {
     const bool exchanged = monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
       return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, job_.comm);
     }) == MPI_SUCCESS;
-    RecordStop(exchanged ? &everyone : nullptr);
+    record_stop(exchanged ? &everyone : nullptr);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
+    lifetime_.MarkStoppedLocked();
   }
-  FailAll(stopped_status_);
+  sink_.FailAll(lifetime_.stopped_status());
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  executor_.ShutdownDevice(stopped_status_);
+  executor_.ShutdownDevice(lifetime_.stopped_status());
   monitors_.timeline.Stop();
   if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
-  wake_messages_.Drain();
+  wakeups_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
-  for (auto& kv : sets_)
-    if (kv.first != 0 && kv.second.comm != MPI_COMM_NULL) MPI_Comm_free(&kv.second.comm);
-  sets_.clear();
+  process_sets_.FreeAll();
   job_.Free();
   executor_.Release();  // the backends' MPI operators, the fusion buffer, the shared segments
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.
   SetBufferPoolLimit(0);
   monitors_.watchdog.Stop();
-  if (monitors_.stages_on)
+  if (monitors_.stages_on) {
+    const Negotiator::Report nr = negotiator_.report();
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(negotiator_.fused_done()),
-                 static_cast<unsigned long long>(negotiator_.fused_discarded()),
-                 static_cast<unsigned long long>(negotiator_.cycle()), static_cast<unsigned long long>(monitors_.inline_cycles),
-                 negotiator_.transport(), static_cast<unsigned long long>(negotiator_.resizes()));
+                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(nr.fused_done),
+                 static_cast<unsigned long long>(nr.fused_discarded), static_cast<unsigned long long>(nr.cycles),
+                 static_cast<unsigned long long>(monitors_.inline_cycles), nr.transport,
+                 static_cast<unsigned long long>(nr.resizes));
+  }
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
 }
 
 void Engine::Shutdown(bool process_exiting) {
   // A forked child must not touch the parent's engine: its locks may be held by threads that
   // do not exist here. An abandoned engine's thread is stuck in MPI: nothing to stop or join.
-  if (forked_child() || abandoned_) return;
+  if (forked_child() || lifetime_.abandoned()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    shutdown_requested_ = true;
-    if (process_exiting) process_exiting_ = true;
+    lifetime_.RequestShutdownLocked(process_exiting);
   }
-  bell_.RingOwn();
+  wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.
   static std::mutex join_mu;
   std::lock_guard<std::mutex> lock(join_mu);
@@ -309,19 +280,19 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!running_ || shutdown_requested_) return stopped_status_;
+  if (!lifetime_.accepting_locked()) return lifetime_.stopped_status();
   Status failure;
   for (Submission& s : subs) {
     Request& q = s.request;
-    auto set = set_ranks_.find(q.process_set);
-    if (set == set_ranks_.end())
+    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
+    if (members == nullptr)
       return Status::Error(StatusCode::INVALID_ARGUMENT, "process set " + std::to_string(q.process_set) +
                                                              " does not exist (tensor '" + q.name + "')");
-    if (std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
+    if (std::find(members->begin(), members->end(), job_.rank) == members->end())
       return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(job_.rank) +
                                                              " is not a member of process set " +
                                                              std::to_string(q.process_set) + " (tensor '" + q.name + "')");
-    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, set->second, job_.size);
+    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, *members, job_.size);
     if (!st.ok() && failure.ok()) failure = st;
     QualifyName(&q);
   }
@@ -352,16 +323,16 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     }
     p.enqueued = now;
     const int64_t handle = queue_.Add(std::move(p));
-    handles_.Add(handle);
+    sink_.handles().Add(handle);
     handles->push_back(handle);
   }
-  submissions_.fetch_add(1);
+  wakeups_.Submitted();
   // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
   // engine thread then.
   if (caller_waits && CallerMayRunCycles())
     queue_.Claim(subs.size());
   else
-    bell_.RingOwn();
+    wakeups_.Ring();
   return Status::Ok();
 }
 
@@ -375,11 +346,11 @@ void Engine::QualifyName(Request* q) {
 
 void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!running_ || shutdown_requested_) return;
+  if (!lifetime_.accepting_locked()) return;
   std::vector<Request> valid;
   for (Request& q : reqs) {
-    auto set = set_ranks_.find(q.process_set);
-    if (set == set_ranks_.end() || std::find(set->second.begin(), set->second.end(), job_.rank) == set->second.end())
+    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
+    if (members == nullptr || std::find(members->begin(), members->end(), job_.rank) == members->end())
       continue;  // no set of ours expects this name
     QualifyName(&q);
     valid.push_back(std::move(q));
@@ -405,25 +376,14 @@ void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reas
     any = true;
   }
   if (!any) return;
-  submissions_.fetch_add(1);
-  bell_.RingOwn();
+  wakeups_.Submitted();
+  wakeups_.Ring();
 }
 
-void Engine::CompleteHandle(int64_t handle, Result&& result) { handles_.Complete(handle, std::move(result)); }
-
-void Engine::FailAll(const Status& status) {
-  std::vector<Pending> waiting;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.TakeAll(&waiting);
-    negotiator_.TakeAll(&waiting);  // the negotiated entries, then those held behind their name
-    queue_.ForgetNames();
-  }
-  for (Pending& p : waiting) {
-    Result r;
-    r.status = Status::Error(status.code, status.message + " (tensor '" + p.request.name + "' was pending)");
-    CompleteHandle(p.handle, std::move(r));
-  }
+Engine::StopInfo Engine::stop_info() {
+  if (forked_child()) return StopInfo();
+  std::lock_guard<std::mutex> lock(mu_);
+  return lifetime_.stop_info_locked();
 }
 
 Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {

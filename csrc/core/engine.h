@@ -3,19 +3,22 @@
 // ranks which names are ready everywhere, executes them in the same order on every rank
 // (fusing small allreduces), and completes the handles.
 //
-// The engine thread's work is split between objects of its own, each with a narrow interface:
-// a Negotiator decides what runs in each cycle (negotiator.h), an Executor runs it on the
-// backends (executor.h), and the Monitors (monitors.h: timeline, watchdog, autotuner, stage
-// timing) watch them. Where this rank sits in the job is a JobLayout (job_layout.h), the
-// submissions not yet taken are a SubmissionQueue (submission_queue.h), and the wake messages to
-// other hosts are WakeMessages (wake_messages.h). The engine keeps what ties them together: the
-// handles, the process sets, the waking between cycles, and the stop.
+// The Engine is a facade over objects with narrow interfaces, each documenting which lock
+// guards it: a Negotiator decides what runs in each cycle and plans this rank's part
+// (negotiator.h, cycle_plan.h), an Executor runs it on the backends (executor.h), and the
+// Monitors (monitors.h: timeline, watchdog, autotuner, stage timing) watch them. The submissions
+// not yet taken are a SubmissionQueue (submission_queue.h); where operations end is the
+// CompletionSink (completion_sink.h: the handles, the listeners); the process sets are a
+// ProcessSetTable (process_set_table.h); who runs the cycles and when is the CycleDriver
+// (cycle_driver.h), over the Wakeups (wakeups.h: doorbell, wake messages); the engine's life
+// (started, stopped and why, abandoned) is its EngineLifetime (engine_lifetime.h). Where this rank
+// sits in the job is a JobLayout (job_layout.h). The engine keeps the public calls, the setup and
+// teardown that wire these together, and one cycle's steps.
 //
-// Files: engine.cc (lifecycle, queue, handles), engine_wake.cc (waiting for a cycle, waking the
-// peers), engine_cycle.cc (one cycle: the queue's new work to the negotiator, its responses to
-// the executor), engine_inline.cc (callers running cycles), engine_executor.cc (the engine's
-// side of execution and negotiation: completing handles, join and process sets),
-// engine_autotune.cc, engine_watchdog.cc, engine_stop.cc (why the engine stopped).
+// Files: engine.cc (start, setup, teardown, enqueue), engine_cycle.cc (one cycle: the queue's new
+// work to the negotiator, its plan to the executor), engine_inline.cc (a caller's Wait),
+// engine_watchdog.cc (the watchdog's hooks); the autotuner's are an EngineAutotune
+// (engine_autotune.h).
 #pragma once
 #include <mpi.h>
 
@@ -33,9 +36,15 @@
 
 #include "common/buffer_pool.h"
 #include "core/agreed_layouts.h"
+#include "core/engine_autotune.h"
+#include "core/engine_config.h"
+#include "core/engine_lifetime.h"
+#include "core/process_exit.h"
+#include "core/completion_sink.h"
+#include "core/cycle_driver.h"
+#include "core/process_set_table.h"
 #include "core/submission_queue.h"
 #include "monitor/monitors.h"
-#include "shm/doorbell.h"
 #include "execution/executor.h"
 #include "operation/handle_table.h"
 #include "backends/mpi/job_layout.h"
@@ -45,35 +54,9 @@
 #include "common/process_id.h"
 #include "operation/process_set.h"
 #include "common/status.h"
-#include "core/wake_messages.h"
+#include "core/wakeups.h"
 
 namespace collectives {
-
-struct EngineConfig {
-  int64_t fusion_threshold = 128LL * 1024 * 1024;
-  double cycle_time_ms = 1.0;
-  int cache_capacity = 1024;
-  std::string timeline_path;
-  bool timeline_mark_cycles = false;
-  double stall_check_s = 60.0;
-  double stall_shutdown_s = 1800.0;  // collectives/config.py's default
-  double init_timeout_s = 300.0;     // Start gives up when not every rank arrives; 0: never
-  double finalize_timeout_s = 1800.0;  // MPI_Finalize at exit gives up after this (process_exit.h); 0: never
-  int64_t buffer_pool_bytes = 32LL * 1024 * 1024;  // idle host buffers kept for reuse (buffer_pool.h)
-  bool hierarchical_allreduce = false;  // host memory, whole job: within hosts, then across (hierarchical.h)
-  bool hierarchical_allgather = false;
-  bool shm_allreduce = true;  // host allreduces through shared memory on one host (shm_allreduce.h)
-  bool cma_allreduce = true;  // large host allreduces by cross-memory attach on one host (cross_memory_allreduce.h)
-  bool shm_negotiation = true;  // the negotiation's exchange through shared memory on one host (shared_exchange.h)
-  bool caller_cycles = true;  // a caller waiting for its result runs the cycles itself (engine_inline.cc)
-  bool gpu_fusion_wait = true;  // GPU work waits while the GPU is busy, to fuse (engine_wake.cc)
-  double gpu_fusion_wait_ms = 100.0;  // ... at most this long after the oldest of it arrived
-  AutotuneSettings autotune;  // COLLECTIVES_AUTOTUNE and friends (autotune.h)
-  // GPU libraries found by Python (collectives/gpu_libs.py), loaded at Start.
-  std::string cuda_driver_library = "libcuda.so.1";
-  std::string nccl_library;  // empty: not found, and nccl_problem says why
-  std::string nccl_problem;
-};
 
 // What a caller asks for: the request plus its buffers (output may be null when the engine
 // allocates it: allgather, alltoall). Tensors in GPU memory have request.device >= 0 (or -2:
@@ -85,7 +68,7 @@ struct Submission {
   uintptr_t stream = 0;
 };
 
-class Engine final : private ExecutionListener, private NegotiationListener {
+class Engine final {
  public:
   Engine() = default;
   ~Engine();
@@ -96,33 +79,26 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // `process_exiting`: the process is about to end (atexit), so the other ranks learn that this
   // rank will not init() again.
   void Shutdown(bool process_exiting = false);
-  bool running() const { return running_; }
+  bool running() const { return lifetime_.running(); }
 
-  // Why the engine stopped, once its thread has ended. `restartable`: a later init() may start a
-  // new engine -- every rank stopped through shutdown() calls and none is exiting. A stall
-  // shutdown, an MPI failure, a rank's exit or an init() timeout is final for the process.
-  struct StopInfo {
-    bool stopped = false;
-    bool restartable = false;
-    Status reason;
-  };
+  // Why the engine stopped, once its thread has ended, and whether a later init() may start a new
+  // engine (engine_lifetime.h).
+  using StopInfo = EngineStopInfo;
   StopInfo stop_info();
 
   // A forked child holds a copy of this object but not its threads (whose locks it may hold):
   // it must not touch it, and must never destroy it.
-  bool forked_child() const { return owner_pid_ != 0 && owner_pid_ != CurrentPid(); }
-  int owner_pid() const { return owner_pid_; }
+  bool forked_child() const { return lifetime_.forked_child(); }
+  int owner_pid() const { return lifetime_.owner_pid(); }
   // Start timed out, or the watchdog found the engine thread stuck in a backend call: the thread
   // is stuck in MPI and still uses this object, which must therefore never be destroyed.
-  bool abandoned() const { return abandoned_; }
+  bool abandoned() const { return lifetime_.abandoned(); }
 
   // Whether MPI should be finalized at this process's exit: an engine thread of this very
   // process initialized it (not mpi4py's import; not the parent of a forked child, whose
   // MPI_Finalize would run the parent's shutdown protocol with the launcher) and no engine was
   // abandoned inside MPI, and no peer is known never to finalize (MPI_Finalize would wait for it).
-  static bool ShouldFinalizeMpi() {
-    return mpi_owner_pid_ == CurrentPid() && !any_abandoned_ && !peer_never_finalizes_;
-  }
+  static bool ShouldFinalizeMpi() { return ProcessShouldFinalizeMpi(); }
 
   // This rank's places in the job: rank, size, local and cross ones (job_layout.h).
   const JobLayout& job() const { return job_; }
@@ -144,7 +120,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // Bad input found on this rank before submitting (e.g. by the Python layer): the other
   // ranks fail these names with `reason` instead of waiting for them. Nothing to wait for here.
   void AnnounceFailure(std::vector<Request>&& requests, const std::string& reason);
-  bool Poll(int64_t handle) { return forked_child() || handles_.Poll(handle); }
+  bool Poll(int64_t handle) { return forked_child() || sink_.handles().Poll(handle); }
   // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
   // loops); true when done or unknown. `first`: the caller's first call for this handle, which
   // spins briefly before sleeping.
@@ -152,7 +128,7 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // `run_cycles` is false (a framework kernel's thread: see tensorflow_kernels.cc).
   bool Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles = true);
   // Removes a completed handle and returns its outcome.
-  Result Collect(int64_t handle) { return handles_.Collect(handle); }
+  Result Collect(int64_t handle) { return sink_.handles().Collect(handle); }
 
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
@@ -165,37 +141,13 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   void ThreadMain(MPI_Comm comm, std::promise<Status> started);
   Status Setup(MPI_Comm comm);
   void Teardown();
-  // engine_stop.cc: this rank's part of the exchange at Teardown (mu_ held), and stop_info_
-  // from everyone's parts (null: the exchange failed).
-  int StopFlagsLocked() const;
-  void RecordStop(const std::vector<int>* everyone);
-  // Returns when the next cycle is due; `cycle` (cycle_mu_) is held on entry and on return and
-  // released while it sleeps. `until`: a caller running cycles (engine_inline.cc) gives up then.
-  void WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_point until = Clock::time_point::max());
-  bool PollWake();
-  bool PeerStarted();  // a peer started the cycle we are to run next (doorbell or MPI message)
-  void SendWake();
-  Clock::duration CycleTime() const;
-  // Under mu_: whether the queued work (all of it for the GPU) waits, and until when, because
-  // the GPU still runs earlier collectives (engine_wake.cc).
-  bool HoldForGpuFusion(Clock::time_point now, Clock::time_point* until);
-  Clock::duration NextCycleInterval() const;  // from the last cycle's start to the next's, while active
-  void CompleteHandle(int64_t handle, Result&& result);
   void QualifyName(Request* q);
   // Queues error submissions (request.failure set, no handle); mu_ held.
   void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
-  void FailAll(const Status& status);
 
-  // engine_inline.cc: runs cycles on the calling thread until `handle` completes or `until`
-  // passes, if no other thread is running one; true when the handle is done.
-  bool RunCyclesInline(int64_t handle, Clock::time_point until);
-  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !abandoned_; }
+  // Whether a caller waiting for its result may run the cycles itself (cycle_driver.h).
+  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !lifetime_.abandoned(); }
 
-  // engine_autotune.cc: the tuner's hooks (autotune.h). AutotuneAfterCycle returns false when the
-  // engine must stop (the broadcast failed).
-  Status StartAutotune();
-  void AutotuneCount(const Response& r);
-  bool AutotuneAfterCycle(const std::vector<Response>& responses, Clock::time_point start);
 
   // engine_watchdog.cc: a backend call that never returns ends the process (watchdog.h).
   Status StartWatchdog();
@@ -206,84 +158,58 @@ class Engine final : private ExecutionListener, private NegotiationListener {
   // include GPU work, which only the engine thread runs.
   bool RunCycle(bool* active, bool* declined = nullptr);
 
-  // engine_executor.cc: the engine's side of execution (executor.h) and of negotiation
-  // (negotiator.h). ExecuteAll hands a cycle's responses to the executor with what it needs of
-  // the engine's state; the executor reports back through the ExecutionListener overrides, the
-  // negotiator through the NegotiationListener's (Finish, for the allreduce it carried).
-  void ExecuteAll(const std::vector<Response>& responses, const std::vector<int>& cache_bits);
-  void Finish(Pending& p, Result&& result) override;  // both listeners'
-  void EvictBits(const std::vector<int>& bits) override { negotiator_.EvictBits(bits); }
-  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
-  void FinishDevice(int64_t handle, const std::string& name, Result&& result) override;
-  Status ExecuteControl(const Response& resp, Result* result, std::vector<std::string>* orphans) override;
+  // Runs a negotiation's responses: the negotiator plans this rank's part (cycle_plan.h), the
+  // executor runs it with what it needs of the engine's state and reports each outcome to the
+  // completion sink, and the negotiator finishes the cycle (its table, its cache).
+  void ExecuteAll(const Negotiation& n);
 
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)
   int thread_level_ = 0;
-  bool owns_mpi_ = false;
-  int owner_pid_ = 0;  // a forked child has the object but not the thread
-  // Start gave up on the engine thread (init timeout); set under mu_ unless setup_done_.
-  std::atomic<bool> abandoned_{false};
-  inline static std::atomic<int> mpi_owner_pid_{0};  // the process whose engine ran MPI_Init_thread
-  inline static std::atomic<bool> any_abandoned_{false};
-  // A peer's init() gave up (RecordStop): its process abandons its engine and skips MPI_Finalize.
-  inline static std::atomic<bool> peer_never_finalizes_{false};
   // What Setup is waiting for, for the init timeout's message.
   std::atomic<const char*> setup_step_{""};
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).
   Executor executor_;
   std::atomic<int> gpu_device_{-1};   // one GPU per process, fixed by the first GPU tensor
   std::thread thread_;
-  std::atomic<bool> running_{false};
-  // Short spins before sleeping save the wake-up latency of a condition variable (tens of
-  // microseconds on a VM) when a core is free for it; off when ranks oversubscribe the cores.
-  bool spin_ = false;
-  std::atomic<uint64_t> submissions_{0};  // bumped by Enqueue
-  // Where the threads that start cycles sleep between them, woken by our own submissions and by
-  // the peers on this host that start a cycle (doorbell.h). Rung after the state it announces
-  // changed (under mu_ or atomically), so a sleeper that read Seen() before looking misses none.
-  Doorbell bell_;
-  std::atomic<bool> gpu_hold_{false};  // GPU work waits for the GPU to finish earlier work: ring when it has
+  // The doorbell, the wake messages to other hosts, the submission count and whether waiting
+  // threads spin (wakeups.h): atomic or the cycle runner's, no lock.
+  Wakeups wakeups_;
 
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
-  std::vector<Pending> fresh_;  // a cycle's share of the queue (engine_cycle.cc); under cycle_mu_
-  // Members of each process set, for checks at enqueue (the engine thread keeps sets_).
-  std::unordered_map<int32_t, std::vector<int>> set_ranks_;
-  bool shutdown_requested_ = false;
-  bool process_exiting_ = false;  // Shutdown(true): this process is ending
-  bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
-  bool setup_done_ = false;       // the engine thread is past Setup and will run
-  StopInfo stop_info_;            // set when the engine thread ends
-  Status stopped_status_;  // why the engine stopped, for requests made afterwards
+  // A cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu.
+  std::vector<Pending> fresh_;
+  // Started, running, asked to stop, stopped and why, abandoned (engine_lifetime.h): under mu_
+  // but for its atomics.
+  EngineLifetime lifetime_;
+  // The autotuner's hooks (engine_autotune.h): they change config_'s tuned knobs between cycles.
+  // It only keeps references, some to members declared below.
+  EngineAutotune autotune_{config_, executor_, monitors_, job_, mu_, lifetime_};
 
-  HandleTable handles_;
   // The timeline, the watchdog, the autotuner, the stage timing (monitors.h).
   Monitors monitors_;
 
-  // Whoever runs a cycle holds cycle_mu_: the engine thread, or a caller waiting for its own
-  // result while the engine thread is idle (engine_inline.cc). The cycle state below is theirs.
-  std::mutex cycle_mu_;
-  bool active_ = false;        // some rank has work in flight: the next cycle is due soon
-  bool cycles_over_ = false;   // a cycle decided that the engine stops: the engine thread tears down
-  bool caller_ran_last_ = false;  // the last cycle was a caller's: the engine thread stays asleep
-  std::atomic<bool> abort_inline_{false};  // the watchdog fired: a caller stops waiting inside MPI
-
-  // Cycle state (cycle_mu_).
+  // Cycle state: whoever runs a cycle holds the cycle driver's cycle_mu (cycle_driver.h): the
+  // engine thread, or a caller waiting for its own result while the engine thread is idle.
   // The protocol that decides each cycle's responses, with this rank's pending entries, the
   // response cache, the coordinator and the cycle counts (negotiator.h).
   Negotiator negotiator_;
   // The process sets stay here rather than in the negotiator, which only reads them: control
-  // operations create and remove them during execution (engine_executor.cc), and the executor,
-  // the watchdog and Teardown use them too.
-  std::map<int32_t, ProcessSet> sets_;  // 0: the whole job, on job_.comm
-  int32_t next_set_id_ = 1;             // ids are assigned in execution order, so agree everywhere
-  // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
-  // cycle is due after 2^min(that count, kQuietDoublings) cycle times (engine_wake.cc).
-  static constexpr int kQuietDoublings = 5;
-  Clock::time_point last_cycle_start_;
-  WakeMessages wake_messages_;  // to and from peers on other hosts (engine_wake.cc)
+  // operations create and remove them during execution (completion_sink.cc), and the executor,
+  // the watchdog and Teardown use them too. Their communicators are the cycle's (the cycle
+  // driver's cycle_mu), their members for the checks at enqueue are under mu_ (process_set_table.h).
+  ProcessSetTable process_sets_{mu_};
+  // Where operations end (completion_sink.h): the handles, and the executor's and the negotiator's
+  // listener. Declared after what it refers to.
+  CompletionSink sink_{mu_, queue_, monitors_, negotiator_, process_sets_, executor_, job_};
+  // Who runs the cycles and when: the waiting between them, the GPU hold, callers' cycles
+  // (cycle_driver.h). Declared after what it refers to.
+  CycleDriver driver_{CycleInputs{mu_, queue_, lifetime_, config_, executor_, negotiator_, gpu_device_,
+                                  monitors_, wakeups_, [this](bool* active, bool* declined) {
+                                    return RunCycle(active, declined);
+                                  }}};
 
   AgreedLayouts agreed_layouts_;
 };

@@ -1,12 +1,14 @@
-// The engine's side of autotuning (autotune.h): starting the tuner, reporting each cycle's
+// The engine's side of autotuning (engine_autotune.h): starting the tuner, reporting each cycle's
 // executed work, and applying the parameters that every rank receives at a decision point.
-#include "core/engine.h"
+#include "core/engine_autotune.h"
+
+#include "execution/executor.h"
 #include "common/log.h"
 #include "backends/mpi/rank_agreement.h"
 
 namespace collectives {
 
-Status Engine::StartAutotune() {
+Status EngineAutotune::Start() {
   TunedParams initial;
   initial.fusion_threshold = config_.fusion_threshold;
   initial.cycle_time_ms = config_.cycle_time_ms;
@@ -33,12 +35,12 @@ Status Engine::StartAutotune() {
   return Status::Ok();
 }
 
-void Engine::AutotuneCount(const Response& r) {
+void EngineAutotune::Count(const Response& r) {
   if (IsDataOp(r.op) && r.error.empty()) monitors_.autotune.Count(r.name, NumElements(r.shape) * DataTypeSize(r.dtype));
 }
 
-bool Engine::AutotuneAfterCycle(const std::vector<Response>& responses, Clock::time_point start) {
-  for (const Response& r : responses) AutotuneCount(r);
+bool EngineAutotune::AfterCycle(const std::vector<Response>& responses, Clock::time_point start) {
+  for (const Response& r : responses) Count(r);
   if (!monitors_.autotune.EndCycle(start, Clock::now())) return true;
   // A decision point, reached in this same cycle by every rank (autotune.h): rank 0's choice
   // reaches everyone before the next cycle, so every rank fuses, paces and picks algorithms alike.
@@ -49,13 +51,14 @@ bool Engine::AutotuneAfterCycle(const std::vector<Response>& responses, Clock::t
       }) != MPI_SUCCESS) {
     Log(LogLevel::ERROR, "broadcast of the autotuned parameters failed; stopping the engine");
     std::lock_guard<std::mutex> lock(mu_);
-    stopped_status_ = Status::Error(StatusCode::INTERNAL, "MPI failure while broadcasting autotuned parameters");
+    lifetime_.set_stopped_status_locked(
+        Status::Error(StatusCode::INTERNAL, "MPI failure while broadcasting autotuned parameters"));
     return false;
   }
   const TunedParams p = monitors_.autotune.Apply(packed);
   config_.fusion_threshold = p.fusion_threshold;
   config_.cycle_time_ms = p.cycle_time_ms;
-  SetHierarchical(p.hierarchical_allreduce, p.hierarchical_allgather);  // no operation is in flight between cycles
+  executor_.SetHierarchical(p.hierarchical_allreduce, p.hierarchical_allgather);  // no operation is in flight between cycles
   return true;
 }
 

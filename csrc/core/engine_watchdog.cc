@@ -19,7 +19,7 @@ Status Engine::StartWatchdog() {
   std::vector<std::string> hosts;
   Status st = MpiBackend::HostNames(job_.comm, &hosts);
   if (!st.ok()) return st;
-  monitors_.watchdog.AddSet(0, sets_.at(0).ranks);
+  monitors_.watchdog.AddSet(0, process_sets_.whole_job().ranks);
   monitors_.watchdog.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
                   [this](const std::string& message) { OnBackendStall(message); });
   return Status::Ok();
@@ -32,18 +32,13 @@ void Engine::OnBackendStall(const std::string& message) {
   const Status st = Status::Error(StatusCode::TIMEOUT, message);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    abandoned_ = true;
-    any_abandoned_ = true;
-    EndProcessWithoutTeardownAtExit();
-    stopped_status_ = st;
-    stop_info_.stopped = true;
-    stop_info_.restartable = false;
-    stop_info_.reason = st;
-    running_ = false;
+    lifetime_.AbandonLocked(st);
+    lifetime_.set_stopped_status_locked(st);
+    lifetime_.MarkStoppedLocked();
   }
-  handles_.FailUndone(st);
-  abort_inline_ = true;  // a caller running the cycle stops waiting in MPI and raises (engine_inline.cc)
-  bell_.RingOwn();
+  sink_.handles().FailUndone(st);
+  driver_.AbortCallers();  // a caller running the cycle stops waiting in MPI and raises (cycle_driver.h)
+  wakeups_.Ring();
 }
 
 }  // namespace collectives

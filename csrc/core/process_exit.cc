@@ -12,12 +12,16 @@
 #include <mutex>
 #include <thread>
 
+#include "common/process_id.h"
 #include "common/thread_name.h"
 
 namespace collectives {
 namespace {
 
 std::atomic<double> finalize_timeout_s{1800.0};
+std::atomic<int> mpi_owner_pid{0};  // the process whose engine ran MPI_Init_thread
+std::atomic<bool> any_abandoned{false};
+std::atomic<bool> peer_never_finalizes{false};
 
 // Registered after every library's handlers, so it runs first among them; its status is the
 // one exit() was given, which the program's end (sys.exit, an uncaught error) chose.
@@ -38,6 +42,11 @@ void EndProcessWithoutTeardownAtExit() {
 #endif
   });
 }
+
+void NoteMpiInitializedHere() { mpi_owner_pid = CurrentPid(); }
+void NoteEngineAbandoned() { any_abandoned = true; }
+void NotePeerNeverFinalizes() { peer_never_finalizes = true; }
+bool ProcessShouldFinalizeMpi() { return mpi_owner_pid == CurrentPid() && !any_abandoned && !peer_never_finalizes; }
 
 void SetFinalizeTimeout(double seconds) { finalize_timeout_s = seconds; }
 

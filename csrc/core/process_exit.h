@@ -28,4 +28,16 @@ void SetFinalizeTimeout(double seconds);
 // finalize.
 void FinalizeMpiWithinTimeout();
 
+// What decides whether MPI is finalized at this process's exit (any thread). MPI_Init_thread ran
+// in an engine's Setup in this process; an engine of this process was abandoned inside MPI; a
+// peer's init() gave up, so its process never finalizes (MPICH's MPI_Finalize here would wait for
+// it until the finalize timeout).
+void NoteMpiInitializedHere();
+void NoteEngineAbandoned();
+void NotePeerNeverFinalizes();
+// An engine thread of this very process initialized MPI (not mpi4py's import; not the parent of a
+// forked child, whose MPI_Finalize would run the parent's shutdown protocol with the launcher), no
+// engine was abandoned inside MPI, and no peer is known never to finalize.
+bool ProcessShouldFinalizeMpi();
+
 }  // namespace collectives

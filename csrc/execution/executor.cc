@@ -60,25 +60,6 @@ std::vector<int64_t> Prefix(const std::vector<int64_t>& counts) {
   return displs;
 }
 
-// What a rank that never submitted a cached response stores for it (a joined rank, or one
-// outside the process set): enough for the cache to stay identical on every rank.
-Request RequestFromResponse(const Response& r) {
-  Request q;
-  q.name = r.name;
-  q.op = r.op;
-  q.dtype = r.dtype;
-  q.reduce_op = r.reduce_op;
-  q.root = r.root;
-  q.prescale = r.prescale;
-  q.postscale = r.postscale;
-  q.shape = r.shape;
-  q.device = r.device;
-  q.group = r.group;
-  q.group_size = r.group_size;
-  q.process_set = r.process_set;
-  return q;
-}
-
 const ProcessSet* FindSet(const std::map<int32_t, ProcessSet>& sets, int32_t id) {
   auto it = sets.find(id);
   return it == sets.end() ? nullptr : &it->second;
@@ -330,22 +311,19 @@ Status Executor::ExecuteOne(const ExecutionContext& ctx, const ProcessSet& ps, c
   return st;
 }
 
-void Executor::Execute(const std::vector<Response>& responses, const std::vector<int>& cache_bits,
-                       const ExecutionContext& ctx) {
+void Executor::Execute(CyclePlan& plan, const ExecutionContext& ctx) {
+  const std::vector<Response>& responses = *plan.responses;
   if (responses.empty()) return;
   const size_t n = responses.size();
-  std::unordered_map<std::string, Pending>& pending = ctx.pending;
   Timeline& timeline = ctx.timeline;
-  std::vector<Pending*> entries(n, nullptr);
+  const std::vector<Pending*>& entries = plan.entries;  // this rank's, from the negotiator
   std::vector<const ProcessSet*> sets(n, nullptr);  // null: this rank takes no part
   const bool tl = timeline.active();
   for (size_t i = 0; i < n; ++i) {
     const Response& r = responses[i];
     const ProcessSet* ps = FindSet(ctx.sets, r.process_set);
     if (!ps || !ps->includes_me()) continue;  // another set's collective
-    auto it = pending.find(r.name);
-    if (it != pending.end()) {
-      entries[i] = &it->second;
+    if (entries[i]) {
       sets[i] = ps;
       if (tl) {
         timeline.End(r.name);  // NEGOTIATE_<OP>
@@ -359,10 +337,7 @@ void Executor::Execute(const std::vector<Response>& responses, const std::vector
     }
   }
 
-  std::vector<Request> requests(n);  // for the cache, after entries are gone
-  for (size_t i = 0; i < n; ++i) requests[i] = entries[i] ? entries[i]->request : RequestFromResponse(responses[i]);
-
-  std::vector<std::string> orphans;  // waiting requests of a removed process set
+  std::vector<std::string>& orphans = plan.orphans;  // waiting requests of a removed process set
   for (const std::vector<size_t>& group : PlanFusion(responses, ctx.fusion_threshold)) {
     if (tl)
       for (size_t i : group)
@@ -414,29 +389,10 @@ void Executor::Execute(const std::vector<Response>& responses, const std::vector
     if (!res.status.ok() && res.status.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, res.status.message);
     if (entries[i]) ctx.engine.Finish(*entries[i], std::move(res));
   }
+  // What ran here leaves the negotiator's table; it fails the orphans and updates the cache
+  // (Negotiator::EndExecution).
   for (size_t i = 0; i < n; ++i)
-    if (entries[i] && sets[i]) pending.erase(responses[i].name);
-  for (const std::string& name : orphans) {
-    auto it = pending.find(name);
-    if (it == pending.end()) continue;
-    Result res;
-    res.status = Status::Error(StatusCode::INVALID_ARGUMENT,
-                               "process set " + std::to_string(it->second.request.process_set) +
-                                   " was removed while tensor '" + name + "' was waiting");
-    ctx.engine.Finish(it->second, std::move(res));
-    pending.erase(it);
-  }
-
-  // The cache changes in execution order, identically on every rank (members or not).
-  std::vector<int> evicted;
-  for (size_t i = 0; i < n; ++i) {
-    if (!IsDataOp(responses[i].op)) continue;
-    if (cache_bits[i] >= 0)
-      ctx.cache.Touch(cache_bits[i]);
-    else
-      ctx.cache.Put(requests[i], responses[i], &evicted);
-  }
-  ctx.engine.EvictBits(evicted);
+    if (entries[i] && sets[i]) plan.ran[i] = 1;
 }
 
 }  // namespace collectives

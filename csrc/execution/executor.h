@@ -1,12 +1,13 @@
 // Execution: running one cycle's negotiated responses on the data backends, the same list in
 // the same order on every rank. The executor owns what only execution uses -- the MPI backend,
 // the host algorithms (hierarchical, shared memory, cross-memory attach), the NCCL backend and
-// the host fusion buffer -- and takes everything else it needs from the engine per cycle,
-// through an ExecutionContext: the process sets, this rank's pending entries, the response
-// cache, the timeline, the watchdog, and the engine's side of each outcome (ExecutionListener).
+// the host fusion buffer -- and takes everything else it needs per cycle: from the negotiator a
+// CyclePlan (cycle_plan.h: the responses and this rank's entries; the negotiator alone changes its
+// table and its response cache), from the engine an ExecutionContext (the process sets, the
+// timeline, the watchdog, and the engine's side of each outcome: ExecutionListener).
 //
 // Files: executor.cc (fusion, host execution), device_executor.cc (tensors in GPU memory);
-// the engine's side is engine_executor.cc.
+// the engine's side is core/completion_sink.cc.
 #pragma once
 #include <mpi.h>
 
@@ -23,42 +24,22 @@
 #include "operation/message.h"
 #include "backends/mpi/mpi_backend.h"
 #include "backends/nccl/nccl_backend.h"
+#include "execution/execution_listener.h"
 #include "execution/host_algorithms.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
+#include "negotiation/cycle_plan.h"
 #include "negotiation/negotiator.h"
-#include "negotiation/response_cache.h"
 #include "common/status.h"
 #include "monitor/timeline.h"
 #include "monitor/watchdog.h"
 
 namespace collectives {
 
-// The engine's side of execution: how an operation's outcome reaches its caller, and what
-// changes the engine's own tables. Engine implements it (engine_executor.cc).
-class ExecutionListener {
- public:
-  // Completes a host operation's handle (or an error submission); `p` is still pending.
-  virtual void Finish(Pending& p, Result&& result) = 0;
-  // Completes a GPU operation's handle (from the completion thread, or at once on failure).
-  virtual void FinishDevice(int64_t handle, const std::string& name, Result&& result) = 0;
-  // A control operation (join, process set creation and removal): these change the engine's
-  // tables. `orphans`: waiting requests of a removed process set.
-  virtual Status ExecuteControl(const Response& r, Result* result, std::vector<std::string>* orphans) = 0;
-  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
-  virtual void EvictBits(const std::vector<int>& bits) = 0;
-
- protected:
-  ~ExecutionListener() = default;
-};
-
 // What one cycle's execution reads and changes of the engine's state. All of it belongs to
 // whoever runs the cycle (the engine's cycle_mu_), except what the listener locks itself.
 struct ExecutionContext {
   const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
-  // This rank's negotiated entries by name; executed ones are erased.
-  std::unordered_map<std::string, Pending>& pending;
-  ResponseCache& cache;  // changes in execution order, identically on every rank
   Timeline& timeline;
   Watchdog& watchdog;    // times the blocking backend calls
   ExecutionListener& engine;
@@ -103,9 +84,10 @@ class Executor final : public AllreduceRouting {
   // Frees the host backends' resources (no collective).
   void Release();
 
-  // Runs one cycle's responses; cache_bits[i] is the cache bit of a cached response, -1 for the
-  // coordinator's.
-  void Execute(const std::vector<Response>& responses, const std::vector<int>& cache_bits, const ExecutionContext& ctx);
+  // Runs one cycle's responses as the negotiator planned them for this rank (cycle_plan.h: the
+  // responses and this rank's entries), and reports back in the plan which entries ran and which
+  // requests a removed process set left waiting; the negotiator finishes the cycle with that.
+  void Execute(CyclePlan& plan, const ExecutionContext& ctx);
   // A removed process set's NCCL communicator goes once its GPU work is done.
   void ReleaseSet(int32_t process_set);
 

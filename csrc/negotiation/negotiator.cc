@@ -19,6 +19,25 @@
 namespace collectives {
 namespace {
 
+// What a rank that never submitted a cached response stores for it (a joined rank, or one
+// outside the process set): enough for the cache to stay identical on every rank.
+Request RequestFromResponse(const Response& r) {
+  Request q;
+  q.name = r.name;
+  q.op = r.op;
+  q.dtype = r.dtype;
+  q.reduce_op = r.reduce_op;
+  q.root = r.root;
+  q.prescale = r.prescale;
+  q.postscale = r.postscale;
+  q.shape = r.shape;
+  q.device = r.device;
+  q.group = r.group;
+  q.group_size = r.group_size;
+  q.process_set = r.process_set;
+  return q;
+}
+
 constexpr uint64_t kFlagShutdown = 1;  // some rank asked to shut down
 constexpr uint64_t kFlagUncached = 2;  // some rank (or the coordinator) needs phase 2
 constexpr uint64_t kFlagPending = 4;   // some rank has requests in flight
@@ -97,6 +116,52 @@ void Negotiator::MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint
     auto it = sets.find(cache_->Get(b).process_set);
     if (it == sets.end() || !it->second.includes_me()) ready[b / 64] |= 1ull << (b % 64);
   }
+}
+
+void Negotiator::Plan(const std::vector<Response>& responses, const std::map<int32_t, ProcessSet>& sets,
+                      CyclePlan* plan) {
+  const size_t n = responses.size();
+  plan->responses = &responses;
+  plan->entries.assign(n, nullptr);
+  plan->requests.resize(n);
+  plan->ran.assign(n, 0);
+  plan->orphans.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Response& r = responses[i];
+    auto set = sets.find(r.process_set);
+    if (set == sets.end() || !set->second.includes_me()) continue;  // another set's collective
+    auto it = pending_.find(r.name);
+    if (it != pending_.end()) plan->entries[i] = &it->second;
+  }
+  for (size_t i = 0; i < n; ++i)
+    plan->requests[i] = plan->entries[i] ? plan->entries[i]->request : RequestFromResponse(responses[i]);
+}
+
+void Negotiator::EndExecution(const std::vector<int>& cache_bits, NegotiationListener& listener, CyclePlan* plan) {
+  const std::vector<Response>& responses = *plan->responses;
+  const size_t n = responses.size();
+  for (size_t i = 0; i < n; ++i)
+    if (plan->ran[i]) pending_.erase(responses[i].name);
+  for (const std::string& name : plan->orphans) {
+    auto it = pending_.find(name);
+    if (it == pending_.end()) continue;
+    Result res;
+    res.status = Status::Error(StatusCode::INVALID_ARGUMENT,
+                               "process set " + std::to_string(it->second.request.process_set) +
+                                   " was removed while tensor '" + name + "' was waiting");
+    listener.Finish(it->second, std::move(res));
+    pending_.erase(it);
+  }
+  // The cache changes in execution order, identically on every rank (members or not).
+  std::vector<int> evicted;
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsDataOp(responses[i].op)) continue;
+    if (cache_bits[i] >= 0)
+      cache_->Touch(cache_bits[i]);
+    else
+      cache_->Put(plan->requests[i], responses[i], &evicted);
+  }
+  EvictBits(evicted);
 }
 
 void Negotiator::EvictBits(const std::vector<int>& bits) {

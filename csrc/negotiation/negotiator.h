@@ -14,7 +14,7 @@
 //
 // Files: negotiator.cc (the protocol, and the small allreduce the negotiation carries); the
 // engine's side is engine_cycle.cc (one cycle: the queue to the negotiator, its responses to the
-// executor) and engine_executor.cc (completing handles, join and process sets).
+// executor) and completion_sink.cc (completing handles, join and process sets).
 #pragma once
 #include <mpi.h>
 
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "negotiation/coordinator.h"
+#include "negotiation/cycle_plan.h"
 #include "negotiation/fused_negotiation.h"
 #include "operation/handle_table.h"
 #include "operation/message.h"
@@ -39,7 +40,7 @@
 
 namespace collectives {
 
-// The engine's side of negotiation. Engine implements it (engine_executor.cc).
+// The engine's side of negotiation. The engine's CompletionSink implements it (core/completion_sink.h).
 class NegotiationListener {
  public:
   // Completes the handle of an allreduce the negotiation carried (`p` is still pending).
@@ -115,12 +116,18 @@ class Negotiator {
   // to stop. Fails (a Status to log and stop with) when an exchange failed.
   Status Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, Clock::time_point now,
                    const NegotiationContext& ctx, Negotiation* out);
+  // This rank's part in running a negotiation's (non-empty) responses, for the executor: its
+  // entries, looked up among the members of each response's process set (`sets`, as they are
+  // before execution), and the requests the cache will store.
+  void Plan(const std::vector<Response>& responses, const std::map<int32_t, ProcessSet>& sets, CyclePlan* plan);
+  // After the executor ran the plan: the entries that ran leave the table, those of a removed
+  // process set fail (through `listener`), and the cache changes in execution order, identically
+  // on every rank (`cache_bits`: the negotiation's).
+  void EndExecution(const std::vector<int>& cache_bits, NegotiationListener& listener, CyclePlan* plan);
   // After the negotiated responses ran: the cycle is complete, and its outcome (join mode, quiet
   // cycles) applies from the next one on.
   void EndCycle(const Negotiation& n);
 
-  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
-  void EvictBits(const std::vector<int>& bits);
   // Control operations, executed in the same order on every rank: this rank's join completed; a
   // process set was created; one was removed (its cached responses go, its waiting requests are
   // `orphans`, to fail).
@@ -131,9 +138,8 @@ class Negotiator {
   // the engine's end; the table is empty afterwards.
   void TakeAll(std::vector<Pending>* waiting);
 
-  // What execution reads and changes: this rank's negotiated entries by name, and the cache.
-  std::unordered_map<std::string, Pending>& pending() { return pending_; }
-  ResponseCache& cache() { return *cache_; }
+  // The response cache (the autotuner counts the allreduce the negotiation carried).
+  const ResponseCache& cache() const { return *cache_; }
   bool joined() const { return joined_; }        // this rank called join() and it has not completed
   bool join_mode() const { return join_mode_; }  // some rank has joined (the same on every rank)
   // Whether this rank has entries not yet executed.
@@ -144,15 +150,20 @@ class Negotiator {
   int quiet_cycles() const { return quiet_cycles_; }
   // When this cycle's negotiation returned (only with NegotiationContext::stages).
   Clock::time_point negotiated_at() const { return negotiated_at_; }
-  // For the stage report: allreduces carried and completed, or carried and dropped; how the
-  // message travels, and how often its payload capacity changed.
-  uint64_t fused_done() const { return fused_done_; }
-  uint64_t fused_discarded() const { return fused_discarded_; }
-  const char* transport() const { return fused_.transport(); }
-  uint64_t resizes() const { return fused_.resizes(); }
+  // For the stage report (latency_stages.h), at the engine's end.
+  struct Report {
+    uint64_t fused_done = 0;       // allreduces the negotiation carried and completed
+    uint64_t fused_discarded = 0;  // ... carried and dropped
+    uint64_t cycles = 0;
+    const char* transport = "";    // how the message travels
+    uint64_t resizes = 0;          // how often its payload capacity changed
+  };
+  Report report() const { return {fused_done_, fused_discarded_, cycle_, fused_.transport(), fused_.resizes()}; }
 
  private:
   // negotiator.cc
+  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
+  void EvictBits(const std::vector<int>& bits);
   void AdmitLocal(Pending&& p, const NegotiationContext& ctx, std::vector<int>* invalid_bits);
   Status ExchangeWithCoordinator(const NegotiationContext& ctx, bool coordinator_due, ResponseList* list);
   void MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const;

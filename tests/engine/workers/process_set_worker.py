@@ -4,7 +4,8 @@ Run as: mpirun -np N python process_set_worker.py  (N >= 2). Registers sets at i
 and afterwards (dynamic): even ranks, odd ranks, and one set per rank pair; runs every op in
 them (the same names in several sets at once, repeated so the response cache serves them),
 checks the sets' bookkeeping, and the errors: a non-member submitting, a root outside the
-set, a duplicate set, ranks disagreeing about a new set, a removed set in use.
+set, a duplicate set, ranks disagreeing about a new set, a removed set in use, a request left
+waiting in a set that is removed.
 """
 import sys
 
@@ -157,6 +158,26 @@ def errors():
 
 
 chk.check("errors", errors)
+
+
+def removed_while_waiting():
+    # A request on a set whose other member never submits it waits in the negotiator's table; the
+    # set's removal fails it on its rank (Negotiator::EndExecution), and every rank goes on.
+    members = [S - 2, S - 1]
+    if S < 3 or members in registered():
+        return  # at np=2 every two-rank set is the whole job, which cannot be removed
+    temp = hvd.add_process_set(members)
+    handle = None
+    if R == S - 1:
+        handle = hvd.allreduce_async(np.ones(3), name="left waiting", process_set=temp)
+    assert hvd.remove_process_set(temp)
+    if handle is not None:
+        raises(ValueError, lambda: hvd.synchronize(handle), "was removed while tensor 'left waiting")
+    got = hvd.allreduce(np.array([R], np.int64), op=hvd.Sum, name="after removal")
+    assert got[0] == S * (S - 1) // 2
+
+
+chk.check("a removed set's waiting request fails", removed_while_waiting)
 
 
 def still_working():

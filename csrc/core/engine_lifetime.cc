@@ -1,6 +1,11 @@
-// Why the engine stopped, and whether init() may start another one in this process.
-#include "core/engine.h"
+// The engine's life (engine_lifetime.h): the end of its setup, its abandonment, the shutdown
+// request, and why it stopped, and whether init() may start another one in this process.
+#include "core/engine_lifetime.h"
+
+#include <string>
+
 #include "common/rank_list.h"
+#include "core/process_exit.h"
 
 namespace collectives {
 namespace {
@@ -12,20 +17,50 @@ constexpr int kStopGaveUp = 4;   // its init() timed out before this engine was 
 
 }  // namespace
 
-int Engine::StopFlagsLocked() const {
+bool EngineLifetime::SetupEndedLocked(bool ok, bool* late) {
+  if (abandoned_) {
+    if (!ok) return false;
+    // Setup completed after Start gave up (init timeout) and told its caller so. The ranks that
+    // arrived meanwhile now wait in their engines for this one: run one cycle that stops them
+    // all, as an exiting rank (this process will not start again), so that their operations
+    // fail at once instead of at the stall timeout.
+    *late = true;
+    shutdown_requested_ = true;
+    process_exiting_ = true;
+    init_gave_up_ = true;
+  }
+  setup_done_ = true;
+  if (ok) stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
+  return true;
+}
+
+void EngineLifetime::AbandonLocked(const Status& why) {
+  abandoned_ = true;
+  NoteEngineAbandoned();
+  EndProcessWithoutTeardownAtExit();
+  stop_info_.stopped = true;
+  stop_info_.restartable = false;
+  stop_info_.reason = why;
+}
+
+void EngineLifetime::RequestShutdownLocked(bool process_exiting) {
+  shutdown_requested_ = true;
+  if (process_exiting) process_exiting_ = true;
+}
+
+int EngineLifetime::StopFlagsLocked() const {
   return (shutdown_requested_ ? kStopAsked : 0) | (process_exiting_ ? kStopExiting : 0) |
          (init_gave_up_ ? kStopGaveUp : 0);
 }
 
-void Engine::RecordStop(const std::vector<int>* everyone) {
-  std::lock_guard<std::mutex> lock(mu_);
-  StopInfo info;
+void EngineLifetime::RecordStopLocked(const std::vector<int>* everyone, int rank, int size) {
+  EngineStopInfo info;
   info.stopped = true;
   info.reason = stopped_status_;
   std::vector<int> asked, exiting, gave_up;
   if (everyone) {
-    for (int r = 0; r < job_.size; ++r) {
-      if (r == job_.rank) continue;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
       const int flags = (*everyone)[static_cast<size_t>(r)];
       if (flags & kStopGaveUp) gave_up.push_back(r);
       else if (flags & kStopExiting) exiting.push_back(r);
@@ -34,7 +69,7 @@ void Engine::RecordStop(const std::vector<int>* everyone) {
   }
   // A rank whose init() gave up never finalizes MPI (its engine is abandoned inside MPI), and
   // MPICH's MPI_Finalize here would wait for it until the finalize timeout: skip it, as it does.
-  if (!gave_up.empty()) peer_never_finalizes_ = true;
+  if (!gave_up.empty()) NotePeerNeverFinalizes();
   // Only shutdown() calls (here or elsewhere) leave the job able to start again; a rank that
   // exits never comes back, and a stall or MPI failure ends the job as Horovod's does.
   info.restartable = everyone && stopped_status_.code == StatusCode::SHUT_DOWN && exiting.empty() && gave_up.empty();
@@ -52,12 +87,6 @@ void Engine::RecordStop(const std::vector<int>* everyone) {
     if (!shutdown_requested_) stopped_status_ = info.reason;
   }
   stop_info_ = info;
-}
-
-Engine::StopInfo Engine::stop_info() {
-  if (forked_child()) return StopInfo();
-  std::lock_guard<std::mutex> lock(mu_);
-  return stop_info_;
 }
 
 }  // namespace collectives
