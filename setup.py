@@ -223,7 +223,7 @@ class BuildEngine(build_ext):
 
 def engine_files(*suffixes):
     """The engine's files ending in one of `suffixes`, in every folder under csrc/ (the folders:
-    docs/architecture-csrc.md), relative to this file and sorted: a new file needs no edit here.
+    docs/architecture.md), relative to this file and sorted: a new file needs no edit here.
     gpu/gpu_kernels.cu is no C++ source: build_ptx compiles it to PTX."""
     found = []
     for root, _, names in os.walk(os.path.join(HERE, "csrc")):

@@ -1,5 +1,5 @@
 """Members of C++ classes as declared in their headers: methods and fields, for keeping the engine's
-classes small (docs/architecture-csrc.md records the counts).
+classes small (docs/architecture.md records the counts).
 
     python scripts/class_sizes.py csrc/core/engine.h Engine csrc/execution/executor.h Executor
 

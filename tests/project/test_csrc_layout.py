@@ -1,4 +1,4 @@
-"""The engine's sources in folders by concern (docs/architecture-csrc.md), and the directions in which
+"""The engine's sources in folders by concern (docs/architecture.md), and the directions in which
 those folders may include each other: read from the `#include "..."` lines, no compiler involved.
 
 A folder may include its own files and those of the folders ALLOWED lists for it. The layers, lowest
