@@ -21,6 +21,8 @@ import collectives.keras as hvd
 import collectives.tensorflow as hvd_tf
 from collectives.adapters.tensorflow.keras_flavors import CollectivesOptimizer
 from common import Checker, raises
+from keras_training import assert_same_on_all_ranks, assert_weights_close, data
+from keras_training import mlp, rank_rows as my_rows
 
 R = S = chk = tfk = WORKDIR = None
 MICRO = 4  # rows per rank per micro-batch
@@ -33,35 +35,8 @@ def case(label):
     return register
 
 
-def data(n, seed=0, features=6, outputs=2):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, features)).astype(np.float32)
-    y = np.tanh(x @ rng.normal(size=(features, outputs))).astype(np.float32)
-    return x, y
 
 
-def mlp(seed=0, features=6, outputs=2):
-    tfk.utils.set_random_seed(seed)
-    return tfk.Sequential([tfk.Input((features,)), tfk.layers.Dense(8, activation="tanh"),
-                           tfk.layers.Dense(outputs)])
-
-
-def my_rows(x, chunk):
-    """This rank's share of every consecutive block of S*chunk rows, in order."""
-    blocks = x.reshape(-1, S, chunk, *x.shape[1:])
-    return blocks[:, R].reshape(-1, *x.shape[1:])
-
-
-def assert_weights_close(a, b, rtol=1e-5, atol=1e-6, what=""):
-    assert len(a) == len(b), (len(a), len(b))
-    for i, (p, q) in enumerate(zip(a, b)):
-        np.testing.assert_allclose(np.asarray(p), np.asarray(q), rtol=rtol, atol=atol, err_msg=f"{what} weight {i}")
-
-
-def assert_same_on_all_ranks(weights, what):
-    mine = [np.asarray(w) for w in weights]
-    for a, b in zip(mine, hvd.broadcast_object(mine, root_rank=0)):
-        np.testing.assert_array_equal(a, b, err_msg=f"{what}: rank {R} differs from rank 0")
 
 
 def make_custom_sgd_class():
@@ -86,7 +61,7 @@ def make_custom_sgd_class():
 
 def fit_equivalence(make_opt, passes=1, epochs=1):
     x, y = data(4 * passes * S * MICRO, seed=2)
-    model, ref = mlp(), mlp()
+    model, ref = mlp(tfk), mlp(tfk)
     opt = hvd.DistributedOptimizer(make_opt(), backward_passes_per_step=passes, average_aggregated_gradients=True)
     assert isinstance(opt, type(make_opt())) and isinstance(opt, CollectivesOptimizer)
     model.compile(optimizer=opt, loss="mse")
@@ -103,7 +78,7 @@ def fit_equivalence(make_opt, passes=1, epochs=1):
 def loop_equivalence(make_opt, how, in_function=True, steps=3):
     """A custom loop; ``how`` says how the distributed side gets its gradients."""
     x, y = data(steps * S * MICRO, seed=4)
-    model, ref = mlp(), mlp()
+    model, ref = mlp(tfk), mlp(tfk)
     opt, ref_opt = hvd.DistributedOptimizer(make_opt()), make_opt()
 
     def ref_step(xb, yb):
@@ -175,7 +150,7 @@ def family_fit():
     @case("DistributedGradientTape with a tf_keras model and optimizer")
     def _():
         x, y = data(MICRO, seed=R)
-        model = mlp()
+        model = mlp(tfk)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(x) - y))
         grads = hvd_tf.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
@@ -185,7 +160,7 @@ def family_fit():
     def _():
         opt = hvd_tf.DistributedOptimizer(O.legacy.SGD(0.1))
         assert isinstance(opt, O.legacy.SGD) and isinstance(opt, CollectivesOptimizer)
-        model = mlp()
+        model = mlp(tfk)
         partial = hvd.PartialDistributedOptimizer(O.SGD(0.1), local_layers=[model.layers[0]])
         assert isinstance(partial, O.SGD)
 
@@ -237,19 +212,19 @@ def family_callbacks(light=False):
     @case("BroadcastGlobalVariablesCallback makes differently initialized ranks identical (new and legacy)")
     def _():
         for make in (lambda: tfk.optimizers.SGD(0.0), lambda: tfk.optimizers.legacy.SGD(0.0, momentum=0.5)):
-            model = mlp(seed=100 + R)
+            model = mlp(tfk, seed=100 + R)
             model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
             x, y = data(2 * MICRO, seed=10 + R)
             callback = cb.BroadcastGlobalVariablesCallback(0)
             assert isinstance(callback, tfk.callbacks.Callback)
             model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0, callbacks=[callback])
-            assert_weights_close(model.get_weights(), mlp(seed=100).get_weights(), 0, 0, "root's initial weights")
+            assert_weights_close(model.get_weights(), mlp(tfk, seed=100).get_weights(), 0, 0, "root's initial weights")
             assert_same_on_all_ranks(hvd_tf_optimizer_values(model.optimizer), "optimizer variables")
-        assert S == 1 or not np.allclose(mlp(seed=101).get_weights()[0], mlp(seed=100).get_weights()[0])
+        assert S == 1 or not np.allclose(mlp(tfk, seed=101).get_weights()[0], mlp(tfk, seed=100).get_weights()[0])
 
     @case("MetricAverageCallback logs the mean over ranks")
     def _():
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.SGD(0.05)), loss="mse", metrics=["mae"])
         x, y = data(2 * MICRO, seed=20 + R)
         before, after = RecordLogs(), RecordLogs()
@@ -266,7 +241,7 @@ def family_callbacks(light=False):
 
     @case("LearningRateWarmupCallback ramps from lr/size to lr (legacy SGD: momentum corrected)")
     def _():
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.legacy.SGD(0.4, momentum=0.9)), loss="mse")
         x, y = data(4 * MICRO, seed=30)
         rec = RecordLogs()
@@ -281,7 +256,7 @@ def family_callbacks(light=False):
 
     @case("LearningRateScheduleCallback staircase multiplier")
     def _():
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.SGD(1.0)), loss="mse")
         x, y = data(2 * MICRO, seed=31)
         rec = RecordLogs()
@@ -291,7 +266,7 @@ def family_callbacks(light=False):
 
     @case("elastic callbacks: CommitStateCallback, UpdateBatchStateCallback, UpdateEpochStateCallback")
     def _():
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.Adam(0.01)), loss="mse")
         state = hvd.elastic.KerasState(model, batch=0, epoch=0)
         commits = []
@@ -313,7 +288,7 @@ def family_callbacks(light=False):
     @case("BestModelCheckpoint saves the best model in tf_keras' fit")
     def _():
         path = os.path.join(WORKDIR, f"best{R}.keras")
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.Adam(0.01)), loss="mse")
         x, y = data(2 * MICRO, seed=33)
         checkpoint = cb.BestModelCheckpoint(monitor="loss", filepath=path)
@@ -326,7 +301,7 @@ def family_callbacks(light=False):
         tfk.mixed_precision.set_global_policy("mixed_float16")
         try:
             for make in (lambda: tfk.optimizers.SGD(0.1), lambda: tfk.optimizers.legacy.SGD(0.1)):
-                model = mlp()
+                model = mlp(tfk)
                 model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
                 x, y = data(2 * MICRO, seed=50 + R)  # different data: the reduction is what equalizes
                 model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0)
@@ -339,7 +314,7 @@ def family_callbacks(light=False):
             x, y = data(2 * MICRO, seed=60 + R)
             weights = {}
             for op, lr in ((hvd.Average, 0.1), (hvd.Sum, 0.1 / S)):
-                model = mlp()
+                model = mlp(tfk)
                 model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.SGD(lr), op=op), loss="mse")
                 model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0, shuffle=False)
                 weights[op] = model.get_weights()
@@ -351,7 +326,7 @@ def family_callbacks(light=False):
     @case("jit_compile=True: the callbacks turn XLA off for the train step")
     def _():
         import warnings
-        model = mlp()
+        model = mlp(tfk)
         model.compile(optimizer=hvd.DistributedOptimizer(tfk.optimizers.SGD(0.1)), loss="mse", jit_compile=True)
         x, y = data(2 * MICRO, seed=40 + R)
         with warnings.catch_warnings(record=True) as caught:
@@ -371,9 +346,9 @@ def hvd_tf_optimizer_values(optimizer):
 def family_state(workdir):
     @case("broadcast_variables (both faces) gives the root's values")
     def _():
-        model = mlp(seed=200 + R)
+        model = mlp(tfk, seed=200 + R)
         hvd.broadcast_variables(model.variables, root_rank=0)
-        assert_weights_close(model.get_weights(), mlp(seed=200).get_weights(), 0, 0, "broadcast_variables")
+        assert_weights_close(model.get_weights(), mlp(tfk, seed=200).get_weights(), 0, 0, "broadcast_variables")
         v = tf.Variable([float(R)] * 3)
         hvd_tf.broadcast_variables([v], root_rank=S - 1)
         np.testing.assert_array_equal(v.numpy(), [float(S - 1)] * 3)
@@ -384,7 +359,7 @@ def family_state(workdir):
         @case(f"load_model of a saved model{suffix or ' (SavedModel)'} trained with DistributedOptimizer")
         def _(suffix=suffix, make=make):
             path = os.path.join(workdir, "trained" + suffix if suffix else "trained_savedmodel")
-            model = mlp()
+            model = mlp(tfk)
             model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
             x, y = data(2 * MICRO, seed=60 + R)
             model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0)
@@ -411,7 +386,7 @@ def family_state(workdir):
         # A wrapped legacy optimizer, and a plain new-style one (fit then trains locally).
         for make in (lambda: hvd.DistributedOptimizer(tfk.optimizers.legacy.Adam(0.01)),
                      lambda: tfk.optimizers.Adam(0.01)):
-            model = mlp(seed=300 + R)
+            model = mlp(tfk, seed=300 + R)
             model.compile(optimizer=make(), loss="mse")
             state = hvd.elastic.KerasState(model, batch=0, epoch=0)
             committed_optimizer = hvd_tf_optimizer_values(model.optimizer)

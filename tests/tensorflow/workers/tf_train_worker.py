@@ -30,6 +30,8 @@ import collectives.keras as hvd_keras
 import collectives.tensorflow as hvd
 from collectives.adapters.tensorflow import hops
 from common import Checker
+from keras_training import assert_same_on_all_ranks, assert_weights_close, data
+from keras_training import mlp, rank_rows as my_rows
 
 R = S = chk = None
 MICRO = 4  # rows per rank per micro-batch
@@ -42,36 +44,8 @@ def case(label):
     return register
 
 
-def data(n, seed=0, features=6, outputs=2):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, features)).astype(np.float32)
-    y = np.tanh(x @ rng.normal(size=(features, outputs))).astype(np.float32)
-    return x, y
 
 
-def mlp(seed=0, features=6, outputs=2):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((features,)), keras.layers.Dense(8, activation="tanh"),
-                             keras.layers.Dense(outputs)])
-
-
-def my_rows(x, chunk):
-    """This rank's share of every consecutive block of S*chunk rows (block j's rows
-    [j*S*chunk + R*chunk, ... + chunk)), in order."""
-    blocks = x.reshape(-1, S, chunk, *x.shape[1:])
-    return blocks[:, R].reshape(-1, *x.shape[1:])
-
-
-def assert_weights_close(a, b, rtol, atol=1e-6, what=""):
-    for i, (p, q) in enumerate(zip(a, b)):
-        np.testing.assert_allclose(np.asarray(p), np.asarray(q), rtol=rtol, atol=atol, err_msg=f"{what} weight {i}")
-
-
-def assert_same_on_all_ranks(weights, what):
-    mine = [np.asarray(w) for w in weights]
-    root = hvd.broadcast_object(mine, root_rank=0)
-    for a, b in zip(mine, root):
-        np.testing.assert_array_equal(a, b, err_msg=f"{what}: rank {R} differs from rank 0")
 
 
 def count_hops(fn):
@@ -104,7 +78,7 @@ def count_hops(fn):
 # ---------------------------------------------------------------- tape
 
 def tape_equivalence(steps=3, in_function=False, rtol=1e-5, atol=1e-6, scale=1.0, **kw):
-    model, ref = mlp(), mlp()
+    model, ref = mlp(keras), mlp(keras)
     opt, ref_opt = keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1)
     x, y = data(steps * S * MICRO, seed=1)
 
@@ -177,12 +151,12 @@ def family_tape():
 
     @case("tape explicit variable groups")
     def _():
-        model = mlp()
+        model = mlp(keras)
         tape_equivalence(groups=[[v] for v in model.trainable_variables[:1]])
 
     @case("tape: one hop per gradient() call, nested sources keep their structure")
     def _():
-        model = mlp()
+        model = mlp(keras)
         x, y = data(MICRO, seed=R)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(x) - y))
@@ -197,7 +171,7 @@ def family_tape():
 
     @case("tape wrapped before recording; TF face's DistributedOptimizer signature")
     def _():
-        model = mlp()
+        model = mlp(keras)
         x, y = data(MICRO, seed=R)
         with hvd.DistributedGradientTape(tf.GradientTape(persistent=True)) as tape:
             loss = tf.reduce_mean(tf.square(model(x) - y))
@@ -211,7 +185,7 @@ def family_tape():
 
     @case("tape: a None gradient stays None")
     def _():
-        model = mlp()
+        model = mlp(keras)
         unused = tf.Variable(1.0)
         x, y = data(MICRO, seed=R)
         with tf.GradientTape() as tape:
@@ -224,7 +198,7 @@ def family_tape():
 
 def fit_equivalence(make_opt, passes=1, average=True, epochs=2, rtol=1e-5, atol=1e-6, ref_lr_scale=1.0, **kw):
     x, y = data(4 * passes * S * MICRO, seed=2)
-    model, ref = mlp(), mlp()
+    model, ref = mlp(keras), mlp(keras)
     model.compile(optimizer=hvd_keras.DistributedOptimizer(make_opt(1.0), backward_passes_per_step=passes,
                                                            average_aggregated_gradients=average, **kw), loss="mse")
     # The reference: one process on each micro-batch of all ranks, with Keras 3's own gradient
@@ -255,7 +229,7 @@ def family_fit():
 
     @case("fit: the step's gradients cross to the engine in one hop")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
         x, y = data(3 * MICRO, seed=R)
         traced = count_hops(lambda: model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0))
@@ -264,7 +238,7 @@ def family_fit():
     @case("custom tf.function loop with optimizer.apply_gradients")
     def _():
         x, y = data(3 * S * MICRO, seed=4)
-        model, ref = mlp(), mlp()
+        model, ref = mlp(keras), mlp(keras)
         opt = hvd_keras.DistributedOptimizer(keras.optimizers.Adam(0.01))
         ref_opt = keras.optimizers.Adam(0.01)
 
@@ -282,7 +256,7 @@ def family_fit():
     @case("DistributedOptimizer keeps class, config and state")
     def _():
         base = keras.optimizers.Adam(0.003, beta_1=0.8)
-        model = mlp()
+        model = mlp(keras)
         base.build(model.trainable_variables)
         base.iterations.assign(7)
         wrapped = hvd_keras.DistributedOptimizer(base)
@@ -322,17 +296,17 @@ def family_callbacks():
 
     @case("BroadcastGlobalVariablesCallback makes differently initialized ranks identical")
     def _():
-        model = mlp(seed=100 + R)
+        model = mlp(keras, seed=100 + R)
         # Learning rate 0: the weights after fit are the root's initial ones, on every rank.
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
         x, y = data(2 * MICRO, seed=10 + R)
         model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0, callbacks=[cb.BroadcastGlobalVariablesCallback(0)])
-        assert_weights_close(model.get_weights(), mlp(seed=100).get_weights(), 0, 0, "root's initial weights")
-        assert S == 1 or not np.allclose(mlp(seed=101).get_weights()[0], mlp(seed=100).get_weights()[0])
+        assert_weights_close(model.get_weights(), mlp(keras, seed=100).get_weights(), 0, 0, "root's initial weights")
+        assert S == 1 or not np.allclose(mlp(keras, seed=101).get_weights()[0], mlp(keras, seed=100).get_weights()[0])
 
     @case("MetricAverageCallback logs the mean over ranks")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse",
                       metrics=["mae"])
         x, y = data(2 * MICRO, seed=20 + R)  # different data: different local metrics
@@ -351,7 +325,7 @@ def family_callbacks():
 
     @case("LearningRateWarmupCallback ramps from lr/size to lr")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.4)), loss="mse")
         x, y = data(4 * MICRO, seed=30)
         rec = RecordLogs()
@@ -366,7 +340,7 @@ def family_callbacks():
 
     @case("LearningRateScheduleCallback staircase multiplier")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1.0)), loss="mse")
         x, y = data(2 * MICRO, seed=31)
         rec = RecordLogs()
@@ -376,7 +350,7 @@ def family_callbacks():
 
     @case("jit_compile=True: the callbacks turn XLA off for the train step")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
                       jit_compile=True)
         x, y = data(2 * MICRO, seed=40 + R)
@@ -391,7 +365,7 @@ def family_callbacks():
 
     @case("jit_compile=True without the callbacks: a clear error")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
                       jit_compile=True)
         x, y = data(MICRO, seed=41)
@@ -406,7 +380,7 @@ def family_callbacks():
     def _():
         keras.config.set_dtype_policy("mixed_float16")
         try:
-            model = mlp()
+            model = mlp(keras)
             opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1))
             assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
             model.compile(optimizer=opt, loss="mse")
@@ -423,7 +397,7 @@ def family_callbacks():
 def family_save(path):
     @case("save a model trained with DistributedOptimizer")
     def _():
-        model = mlp()
+        model = mlp(keras)
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
         x, y = data(2 * MICRO, seed=60 + R)
         model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0)
