@@ -65,19 +65,21 @@ def knob_variables(args) -> Dict[str, str]:
         wanted.append(("cache_capacity", args.cache_capacity))
     if args.timeline_filename is not None:
         wanted.append(("timeline_path", args.timeline_filename))
-    if args.timeline_mark_cycles:
-        wanted.append(("timeline_mark_cycles", "1"))
+    if args.timeline_mark_cycles is not None:
+        wanted.append(("timeline_mark_cycles", "1" if args.timeline_mark_cycles else "0"))
     if args.stall_check_s is not None:
         wanted.append(("stall_check_s", f"{args.stall_check_s:g}"))
     if args.stall_shutdown_s is not None:
         wanted.append(("stall_shutdown_s", f"{args.stall_shutdown_s:g}"))
-    if args.no_stall_check:
-        wanted.append(("stall_check_disable", "1"))
+    if args.no_stall_check is not None:
+        wanted.append(("stall_check_disable", "1" if args.no_stall_check else "0"))
     if args.log_level is not None:
         wanted.append(("log_level", args.log_level.lower()))
-    for key in ("hierarchical_allreduce", "hierarchical_allgather", "autotune"):  # horovodrun's switches: on when given
-        if getattr(args, key, False):
-            wanted.append((key, "1"))
+    # horovodrun's switches: --X gives 1, --no-X gives 0 (explicit, so the autotuner keeps it), neither nothing.
+    for key in ("hierarchical_allreduce", "hierarchical_allgather", "autotune"):
+        value = getattr(args, key, None)
+        if value is not None:
+            wanted.append((key, "1" if value else "0"))
     for key, flag in (("autotune_log", "autotune_log_file"), ("autotune_warmup_samples", "autotune_warmup_samples"),
                       ("autotune_steps_per_sample", "autotune_steps_per_sample"),
                       ("autotune_bayes_opt_max_samples", "autotune_bayes_opt_max_samples"),

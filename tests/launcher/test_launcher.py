@@ -289,6 +289,21 @@ def test_knob_flags_become_registry_variables():
         environment.knob_variables(_args(["--fusion-threshold-mb", "-1"]))
 
 
+def test_horovodrun_switch_pairs():
+    """--X sets the knob to 1, horovodrun's --no-X to 0 (explicit, so the autotuner keeps it), neither
+    leaves it unset; the two of a pair exclude each other."""
+    assert environment.knob_variables(_args([])) == {}
+    on = environment.knob_variables(_args(["--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
+                                           "--timeline-mark-cycles", "--no-stall-check"]))
+    off = environment.knob_variables(_args(["--no-hierarchical-allreduce", "--no-hierarchical-allgather",
+                                            "--no-autotune", "--no-timeline-mark-cycles", "--stall-check"]))
+    names = ["COLLECTIVES_HIERARCHICAL_ALLREDUCE", "COLLECTIVES_HIERARCHICAL_ALLGATHER", "COLLECTIVES_AUTOTUNE",
+             "COLLECTIVES_TIMELINE_MARK_CYCLES", "COLLECTIVES_STALL_CHECK_DISABLE"]
+    assert on == dict.fromkeys(names, "1") and off == dict.fromkeys(names, "0")
+    with pytest.raises(SystemExit):
+        _args(["--autotune", "--no-autotune"])
+
+
 def test_rank_environment_defaults_never_override_the_user():
     hydra = mpi_locator.HYDRA
     env = environment.build(_args(["-x", "A=1", "-x", "B", "-x", "MISSING"]), {"B": "b"}, 2, 8, hydra)
