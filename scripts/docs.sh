@@ -10,7 +10,18 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv-docs
 REQUIREMENTS=scripts/docs-requirements.txt
 
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then  # Debian keeps venv apart
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "docs: installing python3-venv with apt-get"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+      echo "docs: please install python3-venv (e.g. sudo apt-get install python3-venv)" >&2
+      exit 1
+    fi
+  fi
+  "$PYTHON" -m venv "$VENV"
+fi
 if ! cmp -s "$REQUIREMENTS" "$VENV/installed-requirements.txt"; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
   cp "$REQUIREMENTS" "$VENV/installed-requirements.txt"
