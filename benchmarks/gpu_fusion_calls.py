@@ -2,7 +2,7 @@
 shapes, each submitted with allreduce_async_ and then synchronized, through the stand-in CUDA
 driver and NCCL of tests/gpu/fakes (one rank), which count the calls. FAKE_CUDA_EVENT_US makes
 each collective take that long on the stand-in "GPU"; COLLECTIVES_GPU_FUSION_WAIT=0 turns off
-the engine's wait for a busy GPU, and COLLECTIVES_GPU_FUSION_WAIT_MS bounds it (README, "GPUs",
+the engine's wait for a busy GPU, and COLLECTIVES_GPU_FUSION_WAIT_MS bounds it (docs/gpus.md,
 Fusion).
 
     mkdir -p /tmp/fk && for f in cuda:libcuda.so.1 nccl:libnccl.so.2; do

@@ -6,7 +6,7 @@ For each round, dtype and size: 50 warm-up calls, a barrier, then the mean time 
 loop of --calls `allreduce_` calls; rank 0 prints the median over rounds (and the range). The
 sizes straddle the limits of the paths a small allreduce can take: carried by the negotiation
 (up to 16 KiB on one host), the shared-memory allreduce (from 8 KiB). To compare two builds,
-run this once per build alternately, switching with PYTHONPATH (README, "Performance").
+run this once per build alternately, switching with PYTHONPATH (docs/performance-history.md).
 """
 import argparse
 import time

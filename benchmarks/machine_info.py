@@ -1,7 +1,7 @@
 """What a benchmark figure was measured on: the machine, its load, the date.
 
 Figures from a shared machine mean little without the load they were taken under, so every
-plot and table of benchmarks/ quotes these lines (see the README, "Tests and benchmarks").
+plot and table of benchmarks/ quotes these lines (see docs/performance.md).
 """
 import datetime
 import glob

@@ -1,6 +1,6 @@
 """Process-wide state: init, shutdown, topology, timeline.
 
-Lifecycle rules (README, "Stopping, starting again, exit, signals, fork"):
+Lifecycle rules (docs/api.md, "Stopping, starting again, exit, signals, fork"):
   * ``shutdown()`` stops the engine on every rank; ``init()`` may start it again when every
     rank stopped through ``shutdown()`` calls.
   * A stall shutdown, an MPI failure, a rank's exit or an ``init()`` timeout is final for the

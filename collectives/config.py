@@ -1,7 +1,7 @@
 """The one registry of process-wide knobs, read from the environment at ``init()``.
 
 Each knob is ``COLLECTIVES_<NAME>``; when unset, the matching ``HOROVOD_<NAME>`` is honoured so
-existing job scripts keep working. The README's configuration table is this list.
+existing job scripts keep working. The table of docs/configuration.md is this list.
 """
 import math
 import os
@@ -173,7 +173,7 @@ KNOBS = {
                             "1, true, yes, on "
                             "or 0, false, no, off."),
     # 100 ms: on an H200 (two ranks, NCCL over sockets), a ResNet-50 step took 81-89 ms with it,
-    # as DDP's 86-90, against 153-199 ms at 1 ms and 86-158 ms at 20 (README, "GPUs").
+    # as DDP's 86-90, against 153-199 ms at 1 ms and 86-158 ms at 20 (docs/performance.md, "On a GPU").
     "gpu_fusion_wait_ms": Knob("GPU_FUSION_WAIT_MS", _non_negative_float, 100.0,
                                "The longest GPU work waits for a busy GPU (milliseconds after the oldest of it "
                                "arrived); it starts sooner when the GPU finishes or a fusion threshold's worth "

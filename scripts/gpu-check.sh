@@ -38,7 +38,7 @@ REPO=$(pwd)
 PY=${PYTHON:-python3}
 WHEELHOUSE=${COLLECTIVES_WHEELHOUSE:-$REPO/.whl}
 
-# Pinned: the versions the rehearsal used (README, GPU section).
+# Pinned: the versions the rehearsal used (docs/gpus.md).
 WHEELS=(mpich==5.0.2 mpi4py==4.1.2 pybind11==3.1.0 pytest==9.2.0 iniconfig==2.3.1 packaging==26.3 pluggy==1.7.0
         pygments==2.21.0 ml_dtypes==0.6.0 setuptools==84.2.1)
 

@@ -8,7 +8,7 @@
 #
 # Each case is a quoted "ranks, script, arguments" (scripts relative to the repository; set
 # variables before the ranks: "COLLECTIVES_TEST_SHARED_GPU=1 2 scripts/gpu_bench.py --probe").
-# Without cases: the launches that crashed on the first GPU run (README, "GPUs").
+# Without cases: the launches that crashed on the first GPU run (docs/gpus.md).
 # GDB_BIN=gdb rehearses it on a machine without cuda-gdb.
 set -u
 cd "$(dirname "$0")/.."

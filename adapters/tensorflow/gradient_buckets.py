@@ -4,7 +4,7 @@ group with one request (and, on the host, one MPI call) instead of one per gradi
 Per request the engine pays a negotiation entry, a hand-off and an MPI call, and it reduces
 large tensors one by one while fusing only the small ones; on the 2-core VM a grouped
 allreduce of an MLP's six gradients (2.7 MB, or 0.2 MB) took 1.4 to 2 times as long as one
-allreduce of the same bytes (benchmarks/keras_fit_overhead.py, README).
+allreduce of the same bytes (benchmarks/keras_fit_overhead.py, docs/performance.md).
 Packing them here costs one copy of the gradients, which the out-of-place reduction paid
 anyway (its outputs are new buffers), and the buffer is then reduced in place.
 

@@ -14,7 +14,7 @@ them, as the synchronous verbs do, was slower in a paired run). Overlap cannot g
 model more than its reduction's few tens of microseconds, and each reduction started during
 backward costs hand-offs to the engine thread and back on every rank while backward keeps the
 cores busy: on the 2-core test machine they made a small CNN's step 2.6-7.8 ms slower than one
-reduction in step() (README, "Small models"). The results are the same either way.
+reduction in step() (docs/performance.md, "Small models"). The results are the same either way.
 
 Sparse COO gradients (``nn.Embedding(sparse=True)``) are, as in Horovod, allgathered (indices
 and values) and coalesced unless ``sparse_as_dense=True``; ``p.grad`` then holds the sparse

@@ -2,7 +2,7 @@
 // is idle. A synchronous small allreduce then costs no thread hand-off: without this, the engine
 // thread had to be woken for the request (about 10 us on the 2-core VM) and the caller woken for
 // the result (about 7 us), and on every rank, so the negotiation also waited for the slowest
-// peer's hand-off (README "Latency"). Any thread may run a cycle, since a cycle is defined by the
+// peer's hand-off (docs/performance-history.md). Any thread may run a cycle, since a cycle is defined by the
 // order of cycles on each rank, not by the thread: the cycle driver's cycle_mu makes sure one
 // runs at a time, and MPI is initialized with MPI_THREAD_MULTIPLE. The cycles themselves run in
 // CycleDriver::RunCyclesInline (cycle_driver.cc).

@@ -45,7 +45,8 @@ SAMPLES = {
     "gpu_copy_kernel": ("GPU_COPY_KERNEL", "0", False, "yes", True),
     "nccl_library": ("NCCL_LIBRARY", "/h/libnccl.so.2", "/h/libnccl.so.2", "libnccl.so.2", "libnccl.so.2"),
 }
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+CONFIGURATION_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+                                  "configuration.md")
 
 
 def test_every_knob_has_a_sample():
@@ -55,9 +56,9 @@ def test_every_knob_has_a_sample():
         assert config.KNOBS[key].horovod_env == "HOROVOD_" + suffix
 
 
-def test_the_readme_table_lists_every_knob_and_no_other():
+def test_the_configuration_page_lists_every_knob_and_no_other():
     import re
-    with open(README) as f:
+    with open(CONFIGURATION_PAGE) as f:
         listed = set(re.findall(r"^\| `(COLLECTIVES_[A-Z0-9_]+)` \|", f.read(), re.M))
     assert listed == {knob.env for knob in config.KNOBS.values()}
 

@@ -1,7 +1,7 @@
 """scripts/gpu-check.sh and scripts/gpu_report.py without a GPU: the bench and holds stages launch
 scripts/gpu_bench.py through the recorded mpirun (here a stand-in that prints what it was asked
 to run and fails where told), report every launch, and the report tabulates the holds stage's
-JSON. The GPU machine runs the real thing (README, "Checking on a GPU machine")."""
+JSON. The GPU machine runs the real thing (docs/gpus.md, "Checking on a GPU machine")."""
 import json
 import os
 import subprocess

@@ -1,8 +1,8 @@
-"""The README's Horovod 0.28.1 compatibility table (issue 11 item 14): every name the data file
-(tests/project/data/horovod_0_28_1_api.json) lists as API is on our face, and the README section is
-what scripts/compat_table.py generates now. The last three tests prove the check can fail: a
-missing API name, a stale README and a name re-exported from horovod.common but filed as
-"internal" are reported (on a small data file and a copy of a README)."""
+"""The Horovod 0.28.1 compatibility table (issue 11 item 14) in docs/horovod-compatibility.md: every
+name the data file (tests/project/data/horovod_0_28_1_api.json) lists as API is on our face, and the
+page's section is what scripts/compat_table.py generates now. The last three tests prove the check
+can fail: a missing API name, a stale page and a name re-exported from horovod.common but filed as
+"internal" are reported (on a small data file and a small page)."""
 import importlib.util
 import json
 import os
@@ -24,7 +24,7 @@ def load_script():
 
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("torch", "tensorflow", "keras")),
                     reason="the faces need torch, TensorFlow and Keras")
-def test_listed_api_present_and_readme_current():
+def test_listed_api_present_and_page_current():
     # A subprocess: looking the names up imports torch, TensorFlow and Keras.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, SCRIPT, "--check"], capture_output=True, text=True, timeout=300,
@@ -63,25 +63,25 @@ def test_missing_api_name_is_reported(tmp_path, capsys):
     assert result["absent"] == [("gone_helper", "an internal helper")]
     data_path = tmp_path / "api.json"
     data_path.write_text(json.dumps(data))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{table.BEGIN}\n{table.END}\n")
-    assert table.main(["--data", str(data_path), "--readme", str(readme), "--write"]) == 1
+    page = tmp_path / "page.md"
+    page.write_text(f"x\n{table.BEGIN}\n{table.END}\n")
+    assert table.main(["--data", str(data_path), "--page", str(page), "--write"]) == 1
     err = capsys.readouterr().err
     assert "collectives.constants.no_such_name" in err and "missing" in err
-    assert "MISSING" in readme.read_text()
+    assert "MISSING" in page.read_text()
 
 
-def test_stale_readme_is_reported_and_rewritten(tmp_path, capsys):
+def test_stale_page_is_reported_and_rewritten(tmp_path, capsys):
     table = load_script()
     data_path = tmp_path / "api.json"
     data_path.write_text(json.dumps(small_data({"Sum": "api", "Average": "api", "gone_helper": "internal"})))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{table.BEGIN}\nan old table\n{table.END}\noutro\n")
-    args = ["--data", str(data_path), "--readme", str(readme)]
+    page = tmp_path / "page.md"
+    page.write_text(f"intro\n{table.BEGIN}\nan old table\n{table.END}\noutro\n")
+    args = ["--data", str(data_path), "--page", str(page)]
     assert table.main(args + ["--check"]) == 1
     assert "stale" in capsys.readouterr().err
     assert table.main(args + ["--write"]) == 0
-    text = readme.read_text()
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "an old table" not in text
     assert "`gone_helper` | an internal helper" in text
     assert table.main(args + ["--check"]) == 0
@@ -99,9 +99,9 @@ def test_common_reexport_filed_as_internal_is_reported(tmp_path, capsys):
     assert "horovod.fake.split_list" in problems[1] and "not listed" in problems[1]
     data_path = tmp_path / "api.json"
     data_path.write_text(json.dumps(data))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{table.BEGIN}\n{table.END}\n")
-    assert table.main(["--data", str(data_path), "--readme", str(readme), "--write"]) == 1
+    page = tmp_path / "page.md"
+    page.write_text(f"x\n{table.BEGIN}\n{table.END}\n")
+    assert table.main(["--data", str(data_path), "--page", str(page), "--write"]) == 1
     assert "horovod.fake.gpu_available" in capsys.readouterr().err
     data["modules"][0]["names"].update(gpu_available="api", split_list="internal")
     data["modules"][0]["from_common"] = ["gpu_available"]

@@ -101,7 +101,7 @@ def test_shape_mismatch_fails_every_rank_through_the_py_function(tmp_path):
     assert_all_ranks_passed(run, 2, min_cases=5)
     text = worker_lines(tmp_path, 2)
     results = caught(text)
-    # Inside a tf.function TensorFlow types a py_function's exception itself (README).
+    # Inside a tf.function TensorFlow types a py_function's exception itself (docs/tensorflow.md).
     check_mismatch(results, "function-tape", [0, 1], "UnknownError", ["TensorMismatchError", "float32[5]", "float32[6]"])
     check_mismatch(results, "keras-fit", [0, 1], "UnknownError", ["TensorMismatchError", "float32[3, 4]", "float32[3, 5]"])
     check_mismatch(results, "eager-adasum", [0, 1], "FailedPreconditionError", ["gradient 1", "float32[5]", "float32[6]"])

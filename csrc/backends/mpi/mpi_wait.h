@@ -2,7 +2,7 @@
 // as long as they wait: while one rank waits for a late peer, its engine thread takes a core
 // from its own framework thread, from the other ranks and from a data loader. On a 2-core
 // machine with one extra busy process, the engine thread of the early rank used more CPU than
-// the rank's training thread (benchmarks/busy_machine_bench.py, README "A busy machine").
+// the rank's training thread (benchmarks/busy_machine_bench.py, docs/performance.md "A busy machine").
 //
 // The engine's long calls therefore start a nonblocking call and complete it here with MPI_Test,
 // pausing between tests as wait_policy.h says: a short spin, then yielding for as long as the

@@ -127,7 +127,7 @@ Status NcclBackend::WaitForEvent(const Pending& p) {
     // Small collectives finish within microseconds: poll those quickly, then back off, to at
     // most 100 us between looks. The look's delay adds to every collective's latency: with
     // 1 ms, an 8-byte allreduce of two ranks on an H200 (NCCL over sockets, 2.5 ms raw) took
-    // 0.94 ms longer than raw NCCL (README, "GPUs"); a look each 100 us costs a core nothing
+    // 0.94 ms longer than raw NCCL (docs/performance.md, "On a GPU"); a look each 100 us costs a core nothing
     // that matters, and only while GPU work is pending.
     if (spin_ && polls < 200) {
       std::this_thread::yield();
