@@ -24,7 +24,7 @@ from typing import Dict, List, NamedTuple
 
 from .. import __version__
 from . import args as cli
-from . import check_build, command, environment, hosts as hostspec, mpi_locator, reachability, supervise
+from . import check_build, command, environment, hosts as hostspec, mpi_locator, operator_hostfile, reachability, supervise
 
 PROG = "collectivesrun"
 
@@ -104,6 +104,7 @@ def plan(args, environ):
     for w in launcher.warnings:
         _warn(w)
     try:
+        operator_hostfile.apply(args, environ)  # no hosts given: those of an MPIJob's launcher pod
         hosts, all_local, local_ranks, placed = _placement(args, args.start_timeout)
     except (hostspec.HostSpecError, reachability.UnreachableHostError) as e:
         raise LaunchError(str(e)) from None
@@ -129,7 +130,7 @@ def plan(args, environ):
 
 
 def main(argv=None):
-    args = cli.parse(sys.argv[1:] if argv is None else argv)
+    args = cli.parse(sys.argv[1:] if argv is None else argv, os.environ)
     if args.version:
         print(__version__)
         return 0
