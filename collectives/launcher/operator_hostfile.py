@@ -7,7 +7,8 @@ for Intel MPI (same lines) and ``OMPI_MCA_orte_default_hostfile`` for Open MPI (
 There plain ``mpirun prog`` runs one rank per slot of that file; so that
 ``collectivesrun python train.py`` does the same, a command line without ``-H``/``--hostfile``
 takes the file from these variables, and without ``-np`` one rank per slot. The same variables
-set by hand (they are the MPIs' own) mean the same thing.
+set by hand (they are the MPIs' own) mean the same thing. In the launcher pod (the operator sets
+``K_MPI_JOB_ROLE=launcher``) the lines about lost hosts also name the pod (pod_of).
 """
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -59,3 +60,13 @@ def apply(args, environ):
     args.hostfile = found.path
     if args.np is None:
         args.np = sum(h.slots for h in listed)
+
+
+def pod_of(host, environ) -> str:
+    """The pod a hostfile name stands for (``<pod>.<service>.<namespace>.svc[.cluster.local]``)
+    when collectivesrun runs in an MPIJob's launcher pod, else ""."""
+    labels = host.split(".")
+    in_cluster = labels[-1:] == ["svc"] or labels[-3:] == ["svc", "cluster", "local"]
+    if environ.get("K_MPI_JOB_ROLE") != "launcher" or not in_cluster or len(labels) < 4:
+        return ""
+    return labels[0]

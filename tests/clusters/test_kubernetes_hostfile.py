@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from collectives.launcher import args as launcher_args
-from collectives.launcher import hosts, operator_hostfile
+from collectives.launcher import hosts, operator_hostfile, supervise
 
 PY = sys.executable
 
@@ -49,6 +49,29 @@ def test_the_command_line_wins(tmp_path):
     args = launcher_args.parse(["-np", "1", "prog"], {"HYDRA_HOST_FILE": path})
     operator_hostfile.apply(args, {"HYDRA_HOST_FILE": path})
     assert (args.hostfile, args.np) == (path, 1)  # fewer ranks than slots: the file still places them
+
+
+def test_lost_hosts_are_named_by_their_pod_in_the_launcher_pod():
+    launcher = {"K_MPI_JOB_ROLE": "launcher"}
+    assert operator_hostfile.pod_of("pi-worker-1.pi.default.svc", launcher) == "pi-worker-1"
+    assert operator_hostfile.pod_of("pi-worker-1.pi-worker.ns.svc.cluster.local", launcher) == "pi-worker-1"
+    assert operator_hostfile.pod_of("pi-worker-1.pi.default.svc", {}) == ""  # not in an MPIJob
+    assert operator_hostfile.pod_of("hostb", launcher) == ""
+    assert operator_hostfile.pod_of("node1.example.com", launcher) == ""
+
+
+def test_a_closed_ssh_session_means_a_lost_host():
+    """OpenSSH's line when a worker pod's sshd dies mid-session; alone it must end the job with
+    the lost-host line (a surviving rank may crash first, and mpiexec then reports only that)."""
+    seen = supervise.Findings()
+    seen.scan("[rank 0 host pi-worker-0] step 7 t=1.0s")
+    seen.scan("Connection to pi-worker-0.pi.default.svc closed.")  # a normal end of a session
+    assert not seen.alarm.is_set()
+    seen.scan("Connection to pi-worker-1.pi.default.svc closed by remote host.")
+    assert seen.alarm.is_set() and seen.lost_proxy
+    lost = supervise.HostRanks("pi-worker-1.pi.default.svc", (2, 3), False, pod="pi-worker-1")
+    assert supervise.summary(seen, [lost], {lost.name: "Connection refused"}).startswith(
+        "lost host 'pi-worker-1.pi.default.svc' (pod pi-worker-1, ranks 2, 3): the MPI launcher's connection")
 
 
 def test_without_the_variable_np_is_still_required(capsys):

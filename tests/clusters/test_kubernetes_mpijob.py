@@ -10,11 +10,13 @@ train.py`` with no -np and no hosts, and
     topology Horovod defines and collectives equal to numpy references
     (tests/multihost/workers/multihost_worker.py);
   * a worker pod that dies mid-job (every process in it killed) ends the job within 20 s with one
-    line naming the pod, and nothing of the job is left in any pod.
+    line naming the pod, and nothing of the job is left in any pod;
+  * a worker pod whose sshd does not answer when the launcher starts stops the launch with one
+    line naming it, before any rank starts.
 
 Needs root, network namespaces and OpenSSH's sshd (Debian's openssh-server; scripts/setup_env.sh
 test installs it as root); elsewhere every test here skips, saying why. Every launch has a hard
-timeout after which every process in every pod is killed. About 35 s on a quiet 2-core machine.
+timeout after which every process in every pod is killed. About 25 s on a quiet 2-core machine.
 """
 import re
 import sys
@@ -100,10 +102,25 @@ def test_a_dead_worker_pod_is_named(pods):
     ours = [line for line in err if line.startswith("collectivesrun: error:")]
     assert ours and ours == [err[-1]], f"expected one collectivesrun line, the last on stderr:\n{describe()}"
     ranks = ", ".join(str(r) for r in range(SLOTS, 2 * SLOTS))
-    assert ours[0].startswith(f"collectivesrun: error: lost host '{pods.fqdn(dead)}' (ranks {ranks}): "), ours[0]
+    assert ours[0].startswith(f"collectivesrun: error: lost host '{pods.fqdn(dead)}' (pod {dead}, ranks {ranks}): "), \
+        ours[0]
     print(f"collectivesrun ended the job {ended:.1f} s after pod {dead} died:\n{ours[0]}", file=sys.stderr)
     end = time.monotonic() + 10
     while any(pods.processes().values()) and time.monotonic() < end:
         time.sleep(0.2)
     left = {p: pids for p, pids in pods.processes().items() if pids}
     assert not left, f"processes left in the pods: {left}\n{describe()}"
+
+
+def test_a_worker_pod_not_serving_ssh_stops_the_launch(pods, tmp_path):
+    """A worker whose sshd is not up when the launcher starts (no launcherCreationPolicy:
+    WaitForWorkersReady, or a broken image): one line naming it, exit 1, no rank started."""
+    down = pods.workers[0]
+    pods.crash(down)
+    marker = tmp_path / "started"
+    run = pods.run_launcher(["collectivesrun", "python", "-c", f"open({str(marker)!r}, 'w').close()"], timeout=60)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 1 and len(lines) == 1, run.describe()
+    assert lines[0].startswith(f"collectivesrun: error: cannot reach host '{pods.fqdn(down)}' over ssh: "), lines[0]
+    assert not marker.exists(), "a rank started although a worker pod was down"
+    print(lines[0], file=sys.stderr)
