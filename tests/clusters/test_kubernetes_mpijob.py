@@ -16,7 +16,7 @@ train.py`` with no -np and no hosts, and
 
 Needs root, network namespaces and OpenSSH's sshd (Debian's openssh-server; scripts/setup_env.sh
 test installs it as root); elsewhere every test here skips, saying why. Every launch has a hard
-timeout after which every process in every pod is killed. About 25 s on a quiet 2-core machine.
+timeout after which every process in every pod is killed. 35-50 s on a busy 2-core machine.
 """
 import re
 import sys
