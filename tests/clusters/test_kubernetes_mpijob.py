@@ -9,6 +9,7 @@ train.py`` with no -np and no hosts, and
   * the job runs one rank per slot of the operator's hostfile (2 workers x 2 slots), with the
     topology Horovod defines and collectives equal to numpy references
     (tests/multihost/workers/multihost_worker.py);
+  * plain ``mpirun -n 4 python train.py`` (the operator's own examples) starts the same ranks;
   * a worker pod that dies mid-job (every process in it killed) ends the job within 20 s with one
     line naming the pod, and nothing of the job is left in any pod;
   * a worker pod whose sshd does not answer when the launcher starts stops the launch with one
@@ -16,7 +17,7 @@ train.py`` with no -np and no hosts, and
 
 Needs root, network namespaces and OpenSSH's sshd (Debian's openssh-server; scripts/setup_env.sh
 test installs it as root); elsewhere every test here skips, saying why. Every launch has a hard
-timeout after which every process in every pod is killed. 35-50 s on a busy 2-core machine.
+timeout after which every process in every pod is killed. 45-60 s on a busy 2-core machine.
 """
 import re
 import sys
@@ -59,6 +60,17 @@ def test_the_operator_launch_runs_one_rank_per_slot(pods):
     assert sorted(seen) == [str(r) for r in range(WORKERS * SLOTS)], run.describe()
     assert {seen[str(r)] for r in range(SLOTS)} == {pods.workers[0]}, run.describe()
     assert not run.stderr.strip(), f"the launch printed on stderr:\n{run.describe()}"
+
+
+def test_plain_mpirun_reads_the_operators_hostfile_too(pods):
+    """The operator's own examples run `mpirun -n N prog`: MPICH's mpirun takes the hosts from
+    HYDRA_HOST_FILE, and its proxies reach the launcher by its bare hostname (the workers' DNS
+    search list), so our ranks start there without collectivesrun as well."""
+    placement = ",".join(f"{w}:{SLOTS}" for w in pods.workers)
+    run = pods.run_launcher(["mpirun", "-n", WORKERS * SLOTS, "python", worker_path("multihost_worker.py"), placement],
+                            timeout=120)
+    assert run.returncode == 0, run.describe()
+    assert_all_ranks_passed(run, WORKERS * SLOTS, min_cases=4)
 
 
 def test_a_dead_worker_pod_is_named(pods):
