@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List
 
@@ -58,7 +59,24 @@ def unavailable_reason():
             return f"simulated pods need OpenSSH ({tool}; Debian's openssh-server and openssh-client)"
     if not os.path.isdir(SSH_CONFIG_DIR):
         return f"{SSH_CONFIG_DIR} is missing"
-    return None
+    return _overlay_reason()
+
+
+def _overlay_reason():
+    """None when an overlay can be mounted over /etc in a mount namespace of its own (each pod's
+    file system), else why not."""
+    d = tempfile.mkdtemp(prefix="simpods-probe-")
+    try:
+        os.makedirs(os.path.join(d, "up"))
+        os.makedirs(os.path.join(d, "work"))
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "overlay", "probe",
+                               "-o", f"lowerdir=/etc,upperdir={d}/up,workdir={d}/work", "/etc"],
+                              capture_output=True, text=True, timeout=simhosts.COMMAND_TIMEOUT_S)
+        if proc.returncode != 0:
+            return f"simulated pods need overlayfs for their own /etc and /root: {proc.stderr.strip()}"
+        return None
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class SimPods:
@@ -156,7 +174,7 @@ class SimPods:
         log.close()
         self.sshd[pod] = proc
         deadline = time.monotonic() + simhosts.COMMAND_TIMEOUT_S
-        probe = ["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {SSH_PORT}), 1)"]
+        probe = [sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {SSH_PORT}), 1)"]
         while True:  # the pod is ready when its port answers (the example manifest's readinessProbe)
             ready = subprocess.run(["ip", "netns", "exec", self.sim.hosts[pod].netns, *probe], capture_output=True,
                                    timeout=simhosts.COMMAND_TIMEOUT_S).returncode == 0
