@@ -1,6 +1,6 @@
 """Horovod's PyTorch MNIST recipe on collectives, with MNIST-shaped synthetic data (no download).
 
-    .venv/bin/mpirun -np 2 .venv/bin/python examples/pytorch_mnist.py [--epochs 3]
+    .venv/bin/mpirun -np 2 .venv/bin/python examples/pytorch_mnist.py [--epochs 3] [--cuda]
 
 Each 28x28 image is noise plus a bright 7x7 patch whose position (one of 10 cells) is the
 label, so a small CNN learns it in a few epochs. The recipe: init, one torch thread per rank,
@@ -53,9 +53,14 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--train-size", type=int, default=4096)
+    parser.add_argument("--cuda", action="store_true", help="train on the GPU of this rank's local_rank (NCCL)")
     args = parser.parse_args()
 
     hvd.init()
+    device = torch.device("cpu")
+    if args.cuda:
+        torch.cuda.set_device(hvd.local_rank())  # one GPU per rank, as in Horovod
+        device = torch.device("cuda", hvd.local_rank())
     torch.set_num_threads(1)  # one compute thread per rank: ranks share the machine's cores
     torch.manual_seed(42 + hvd.rank())  # different on purpose: broadcast_parameters fixes it
 
@@ -64,8 +69,9 @@ def main():
     # Each rank trains on its own shard (what DistributedSampler does).
     images, labels = images[hvd.rank()::hvd.size()], labels[hvd.rank()::hvd.size()]
     test_images, test_labels = test_images[hvd.rank()::hvd.size()], test_labels[hvd.rank()::hvd.size()]
+    images, labels, test_images, test_labels = (t.to(device) for t in (images, labels, test_images, test_labels))
 
-    model = Net()
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.5)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -74,7 +80,7 @@ def main():
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         model.train()
-        perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(epoch))
+        perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(epoch)).to(device)
         total, batches = 0.0, 0
         for i in range(0, len(images) - args.batch_size + 1, args.batch_size):
             idx = perm[i:i + args.batch_size]

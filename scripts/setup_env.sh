@@ -39,7 +39,16 @@ if [ "$MODE" = frameworks ] || [ "$MODE" = test ] || [ "$MODE" = bench ]; then
   "${PIP[@]}" "torch==2.13.0+cpu" "tensorflow-cpu==2.21.0" "tf-keras==2.21.0"
 fi
 if [ "$MODE" = test ] || [ "$MODE" = bench ]; then
-  "${PIP[@]}" "pytest>=7" "hypothesis>=6" "ml_dtypes>=0.3" "psutil>=5"
+  "${PIP[@]}" "pytest>=7" "hypothesis>=6" "ml_dtypes>=0.3" "psutil>=5" "pyyaml>=6" "jsonschema>=4"
+  # OpenSSH's sshd for the simulated Kubernetes pods (tests/clusters/); the tests skip without it.
+  # Installed only where policy-rc.d stops Debian from starting it as a service (containers, CI):
+  # the tests start their own sshds inside the simulated pods.
+  if ! [ -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+     && [ -x /usr/sbin/policy-rc.d ]; then
+    echo "setup: installing openssh-server with apt-get (sshd for tests/clusters/)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null) \
+      || echo "setup: could not install openssh-server; the simulated-pod tests will skip" >&2
+  fi
 fi
 if [ "$MODE" = bench ]; then
   "${PIP[@]}" "matplotlib>=3.5"  # only the plots need it; the tests skip their plot check without it

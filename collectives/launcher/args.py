@@ -13,8 +13,10 @@ so existing job scripts only change the program name; shorter names of our own a
 beside them. Everything from the first word that is not an option is the command to run.
 """
 import argparse
+import os
 
 from .. import config
+from . import operator_hostfile
 
 
 def parser():
@@ -119,14 +121,17 @@ class _GlooAction(argparse.Action):
         parser.error("collectives runs over MPI only; --gloo is not available")
 
 
-def parse(argv):
+def parse(argv, environ=None):
+    """The parsed command line; ``environ`` (default os.environ) may name the hosts instead of
+    -np/-H (operator_hostfile.py: an MPIJob's launcher pod)."""
     p = parser()
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not (args.version or args.check_build):
-        if args.np is None and not is_elastic(args):
-            p.error("-np N is required")
+        from_environment = operator_hostfile.applies(args, os.environ if environ is None else environ)
+        if args.np is None and not is_elastic(args) and not from_environment:
+            p.error("-np N is required (or a host file named by HYDRA_HOST_FILE, as an MPIJob's launcher has)")
         if args.np is not None and args.np < 1:
             p.error(f"-np must be at least 1, not {args.np}")
         if not args.command:

@@ -14,6 +14,7 @@ forwarded, and a normal job's exit status is the job's own; a job that a crashed
 cut link has broken is ended, with one line naming the hosts and ranks. Plain
 ``mpirun -np N python train.py`` keeps working: nothing here is required at run time.
 """
+import dataclasses
 import os
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from typing import Dict, List, NamedTuple
 
 from .. import __version__
 from . import args as cli
-from . import check_build, command, environment, hosts as hostspec, mpi_locator, reachability, supervise
+from . import check_build, command, environment, hosts as hostspec, mpi_locator, operator_hostfile, reachability, supervise
 
 PROG = "collectivesrun"
 
@@ -104,7 +105,9 @@ def plan(args, environ):
     for w in launcher.warnings:
         _warn(w)
     try:
+        operator_hostfile.apply(args, environ)  # no hosts given: those of an MPIJob's launcher pod
         hosts, all_local, local_ranks, placed = _placement(args, args.start_timeout)
+        placed = [dataclasses.replace(p, pod=operator_hostfile.pod_of(p.name, environ)) for p in placed]
     except (hostspec.HostSpecError, reachability.UnreachableHostError) as e:
         raise LaunchError(str(e)) from None
     if not all_local and launcher.flavor == mpi_locator.UNKNOWN:
@@ -129,7 +132,7 @@ def plan(args, environ):
 
 
 def main(argv=None):
-    args = cli.parse(sys.argv[1:] if argv is None else argv)
+    args = cli.parse(sys.argv[1:] if argv is None else argv, os.environ)
     if args.version:
         print(__version__)
         return 0

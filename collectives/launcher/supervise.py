@@ -9,8 +9,9 @@ status. Two lines on its stderr mean the job cannot finish:
 * a rank's watchdog report (csrc/monitor/watchdog.cc): a backend call has not returned after
   COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS, because a peer stopped, crashed without its kernel
   closing the connections, or lost its link;
-* MPICH's ``control_cb (...): assert (!closed) failed``: the connection to a host's proxy
-  closed, because the host crashed (or its proxy was killed).
+* MPICH's ``control_cb (...): assert (!closed) failed``, or ssh's ``Connection to HOST closed by
+  remote host.``: the connection to a host's proxy closed, because the host crashed (or its proxy
+  or sshd was killed).
 
 Either way MPICH's mpirun may never exit by itself (it waits on the proxy of a host it can no
 longer reach), so collectivesrun ends the job: it probes the remote hosts over ssh to name
@@ -43,6 +44,10 @@ WATCHDOG_REPORT = re.compile(r"\[collectives FATAL rank (\d+)\] stalled in a bac
                              r"returned after (\S+) s")
 # MPICH hydra's mpiexec when the connection to a proxy closes (pmiserv_cb.c).
 LOST_PROXY = re.compile(r"control_cb \(.*\): assert \(!closed\) failed")
+# OpenSSH's client (the launcher's session to a proxy) when the remote end goes away mid-session: its
+# sshd was killed with the host or pod. Seen alone when a surviving rank crashed at the loss first
+# and mpiexec ended on that rank's signal without reporting the closed proxy.
+LOST_SESSION = re.compile(r"^Connection to \S+ closed by remote host\.")
 
 PROBE_TIMEOUT_S = 3.0  # ssh's ConnectTimeout when probing a host after a failure
 REPORT_WINDOW_S = 2.5  # after the first report, for the other ranks' (their watchdogs check every second)
@@ -57,6 +62,7 @@ class HostRanks:
     name: str
     ranks: Tuple[int, ...]
     local: bool  # this machine: no ssh needed
+    pod: str = ""  # the Kubernetes pod this host is, in an MPIJob's launcher (operator_hostfile.pod_of)
 
 
 class Findings:
@@ -77,7 +83,7 @@ class Findings:
                 if self.first_report is None:
                     self.first_report = time.monotonic()
             self.alarm.set()
-        elif LOST_PROXY.search(line):
+        elif LOST_PROXY.search(line) or LOST_SESSION.search(line):
             with self.lock:
                 self.lost_proxy = True
             self.alarm.set()
@@ -302,8 +308,9 @@ def rank_list(ranks):
 
 
 def host_list(hosts: List[HostRanks]):
-    """"host 'b' (rank 2)", "hosts 'b' (rank 2) and 'c' (rank 3)"."""
-    named = [f"'{h.name}' ({rank_list(h.ranks)})" for h in hosts]
+    """"host 'b' (rank 2)", "hosts 'b' (rank 2) and 'c' (rank 3)", "host 'j-worker-1.j.ns.svc' (pod
+    j-worker-1, ranks 2, 3)"."""
+    named = [f"'{h.name}' ({'pod ' + h.pod + ', ' if h.pod else ''}{rank_list(h.ranks)})" for h in hosts]
     text = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
     return ("host " if len(hosts) == 1 else "hosts ") + text
 
