@@ -346,11 +346,13 @@ CATALOG = [
       match=(r"--gloo is not available", r"^-np", r"^no command given")),
     E("hosts", "Hosts or host files that do not parse",
       "-H/--hostfile entries must be `host:slots` (or `host slots=N` lines); a loopback name cannot be mixed "
-      "with other hosts.",
+      "with other hosts. In an MPIJob's launcher pod the host file is the one the operator names in "
+      "HYDRA_HOST_FILE (/etc/mpi/hostfile).",
       "Write `-H host1:2,host2:2`, or a host file of `host slots=N` lines; name this machine by its network "
       "name when other hosts take part.",
       match=(r"slots must be a positive integer", r"empty host entry", r"expected \[address\]:slots",
-             r"cannot read host file", r"unknown field", r"lists no hosts", r"is a loopback name")),
+             r"cannot read host file", r"unknown field", r"lists no hosts", r"is a loopback name",
+             r"the host file named by")),
     E("unreachable", "A host cannot be reached",
       "collectivesrun checks before launching that every host resolves and answers ssh within --start-timeout.",
       "Check the name, DNS and passwordless ssh (`ssh host true`); raise --start-timeout for slow networks.",
