@@ -15,9 +15,11 @@ from .errors import (
     InternalError,
     InvalidArgumentError,
     NotInitializedError,
+    NotSupportedError,
     ShutdownError,
     StallTimeoutError,
     TensorMismatchError,
+    UnregisteredProcessSetError,
     UnsupportedTypeError,
 )
 from .handles import Handle
