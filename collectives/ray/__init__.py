@@ -4,6 +4,7 @@ from .ray_api import ray as _ray  # noqa: F401 - first: the clear ImportError wi
 from .errors import (NotStartedError, RankExited, RayExecutorError, RayStartError, RayStartTimeout,
                      WorkerLostError)
 from .executor import RayExecutor
+from .elastic import ElasticRayExecutor
 
-__all__ = ["RayExecutor", "RayExecutorError", "RayStartError", "RayStartTimeout", "WorkerLostError",
+__all__ = ["RayExecutor", "ElasticRayExecutor", "RayExecutorError", "RayStartError", "RayStartTimeout", "WorkerLostError",
            "NotStartedError", "RankExited"]

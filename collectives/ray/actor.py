@@ -89,6 +89,11 @@ class RankActor:
         raise WorkerLostError(f"rank {self.rank}'s process on {socket.gethostname()} ended while {doing} (it was "
                               "killed, or another rank's failure ended the MPI world)", rank=self.rank)
 
+    def remove_tree(self, path):
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+
     def stop(self, timeout=10.0):
         """Asks the rank process to shut the engine down and exit; ends the proxy."""
         if self.conn is not None:

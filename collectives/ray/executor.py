@@ -12,12 +12,12 @@ examples call it).
 """
 from typing import Any, Callable, Dict, List, Optional
 
-from .errors import NotStartedError
-from .outcomes import classify, gather, lost_error
+from .errors import NotStartedError, RayExecutorError
+from .outcomes import gather, lost_error
 from .placement import check_shape
 from .ray_api import ensure_initialized
 from .settings import create_settings
-from .workers import WorkerSet
+from .workers import DEAD_WAIT_S, WorkerSet
 
 
 class RayExecutor:
@@ -89,4 +89,7 @@ class RayExecutor:
         """Stops every rank and kills every actor of this executor; returns when Ray reports them dead."""
         workers, self.workers = self.workers, None
         if workers is not None:
-            workers.stop()
+            alive = workers.stop()
+            if alive:
+                raise RayExecutorError(f"RayExecutor.shutdown(): Ray still reports {len(alive)} of its actors alive "
+                                       f"{DEAD_WAIT_S:g} s after they were killed: {', '.join(alive)}")

@@ -7,13 +7,13 @@ import time
 import cloudpickle
 
 from .actor import RankActor
-from .errors import RayStartError, RayStartTimeout
+from .errors import RayStartTimeout
 from .placement import Shape, rank_order
 from .ray_api import PlacementGroupSchedulingStrategy, placement_group, ray, remove_placement_group
 from .world import World
 
 STOP_TIMEOUT_S = 15.0
-DEAD_WAIT_S = 15.0
+DEAD_WAIT_S = 30.0
 
 
 def _get(refs, timeout, what):
@@ -120,20 +120,31 @@ class WorkerSet:
             except Exception:  # noqa: BLE001 - removed already, or Ray is gone
                 pass
             self.pg = None
-        _wait_dead([i["actor_id"] for i in self.infos if i.get("actor_id")])
+        return _wait_dead([i["actor_id"] for i in self.infos if i.get("actor_id")])
+
+    def remove_tree(self, path):
+        """Removes ``path`` on every node of this set (the elastic commit directory)."""
+        leaders = {}
+        for actor, info in zip(self.actors, self.infos):
+            leaders.setdefault(info["node_id"], actor)
+        try:
+            ray.wait([a.remove_tree.remote(path) for a in leaders.values()], num_returns=len(leaders), timeout=10)
+        except Exception:  # noqa: BLE001 - a node gone takes its directory with it
+            pass
 
 
 def _wait_dead(actor_ids):
-    """Until the GCS reports every one of ``actor_ids`` DEAD (ray.kill returns before that)."""
+    """Until the GCS reports every one of ``actor_ids`` DEAD (ray.kill returns before that);
+    returns those still alive after DEAD_WAIT_S (an actor on a node whose loss Ray has not
+    noticed yet)."""
     deadline = time.monotonic() + DEAD_WAIT_S
     pending = set(actor_ids)
     while pending and time.monotonic() < deadline:
         try:
             table = ray._private.state.actors()  # noqa: SLF001 - the GCS actor table; needs no dashboard
         except Exception:  # noqa: BLE001 - Ray shut down: nothing left to wait for
-            return
+            return []
         pending = {a for a in pending if table.get(a, {}).get("State") not in (None, "DEAD")}
         if pending:
             time.sleep(0.2)
-    if pending:
-        raise RayStartError(f"Ray still reports {len(pending)} actors alive {DEAD_WAIT_S:g} s after they were killed")
+    return sorted(pending)

@@ -15,9 +15,9 @@ def data(seed=0, rows=ROWS):
     return x, y, w, b
 
 
-def numpy_reference(steps, seed=0):
+def numpy_reference(steps, seed=0, rows=ROWS):
     """Full-batch SGD in float64: (w, b) after ``steps`` steps."""
-    x, y, w, b = data(seed)
+    x, y, w, b = data(seed, rows)
     for _ in range(steps):
         grad = 2.0 * (x @ w.T + b - y) / y.size  # d(mean squared error)/d(prediction)
         w, b = w - LR * grad.T @ x, b - LR * grad.sum(0)
@@ -63,3 +63,42 @@ def keras_train(steps, seed=0):
               batch_size=share, epochs=1, shuffle=False, verbose=0)
     kernel, bias = model.layers[0].get_weights()
     return kernel.T, bias, hvd.rank(), hvd.size()
+
+
+ELASTIC_ROWS = 24  # divides evenly over 1, 2, 3 or 4 ranks: every step is one full-batch step
+
+
+def torch_elastic_train(steps, step_sleep, seed=0):
+    """hvd.elastic.run over TorchState, a commit after every step. Returns (w, b, rank, size,
+    generation, the step this generation started from, local_rank, cross_rank, cross_size)."""
+    import os
+    import time
+    import torch
+    import collectives.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    x, y, w, b = data(seed, ELASTIC_ROWS)
+    model = torch.nn.Linear(FEATURES, OUTPUTS).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(w))
+        model.bias.copy_(torch.from_numpy(b))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    started = []
+
+    @hvd.elastic.run
+    def train(state):
+        started.append(state.step)
+        xs, ys = (torch.from_numpy(my_rows(a, hvd.rank(), hvd.size())) for a in (x, y))
+        while state.step < steps:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xs), ys).backward()
+            opt.step()
+            state.step += 1
+            state.commit()
+            time.sleep(step_sleep)
+
+    train(state)
+    return (model.weight.detach().numpy().copy(), model.bias.detach().numpy().copy(), hvd.rank(), hvd.size(),
+            int(os.environ.get("COLLECTIVES_ELASTIC_GENERATION", "-1")), started[0], hvd.local_rank(),
+            hvd.cross_rank(), hvd.cross_size())

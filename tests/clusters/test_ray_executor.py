@@ -166,3 +166,50 @@ def test_without_ray_the_import_names_the_extra():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "pip install 'collectives[ray]'" in out.stdout, out
+
+
+def _kill_one_worker_at_commit(elastic, commit, pids_before):
+    """In a thread: once the job has reached ``commit`` (as its ranks report it to the driver),
+    SIGKILL the newest rank actor the elastic job made."""
+    import threading
+    import time
+
+    def kill():
+        deadline = time.monotonic() + 180
+        while (elastic.server is not None and (elastic.server.commit() or 0) < commit
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        from ray_support import alive_actor_pids
+        mine = [p for p in alive_actor_pids() if p not in pids_before]
+        if mine:
+            os.kill(max(mine), signal.SIGKILL)
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_elastic_executor_restarts_from_the_last_commit_after_a_worker_is_killed(ray_session, executor):
+    """Last in the module: the module's executor is shut down first, to free the CPUs."""
+    from collectives.ray import ElasticRayExecutor
+    from ray_support import alive_actor_pids
+    from ray_training import ELASTIC_ROWS, numpy_reference, torch_elastic_train
+    executor.shutdown()
+    steps = 12
+    elastic = ElasticRayExecutor(ElasticRayExecutor.create_settings(timeout_s=90), min_workers=1, max_workers=2)
+    elastic.start()
+    killer = _kill_one_worker_at_commit(elastic, 4, set(alive_actor_pids()))
+    try:
+        with hard_timeout(240, "ElasticRayExecutor.run()"):
+            results = elastic.run(torch_elastic_train, args=[steps, 0.5])
+    finally:
+        elastic.shutdown()
+    killer.join()
+    w_ref, b_ref = numpy_reference(steps, rows=ELASTIC_ROWS)
+    assert [(r[2], r[3]) for r in results] == [(0, 2), (1, 2)]
+    generation, started = {r[4] for r in results}, {r[5] for r in results}
+    assert generation == {1}, f"the job was not restarted once: generations {generation}"
+    assert len(started) == 1 and 0 < started.pop() < steps, f"generation 1 did not resume from a commit: {results}"
+    for w, b, *_ in results:
+        np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(b, b_ref, rtol=1e-12, atol=1e-12)
+    assert not alive_actors(), f"actors alive after the elastic job: {alive_actors()}"

@@ -69,3 +69,9 @@ def hard_timeout(seconds, what):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         faulthandler.cancel_dump_traceback_later()
+
+
+def alive_actor_pids():
+    import ray
+    return [info["Pid"] for info in ray._private.state.actors().values()  # noqa: SLF001
+            if info["State"] == "ALIVE" and info.get("Pid")]
