@@ -13,7 +13,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from ray_support import alive_actors, hard_timeout, ray_missing_reason, wait_until_no_ray_processes
+from ray_support import (alive_actors, hard_timeout, ray_missing_reason, ray_sessions, remove_new_sessions,
+                         wait_until_no_ray_processes)
 
 pytestmark = pytest.mark.skipif(ray_missing_reason() is not None, reason=str(ray_missing_reason()))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +25,7 @@ STEPS = 4
 def ray_session():
     import ray
     assert not wait_until_no_ray_processes(5), "Ray processes of this venv were running before the test"
+    sessions = ray_sessions()
     with hard_timeout(120, "ray.init()"):
         ray.init()  # bare: a local instance of this machine's CPUs
     try:
@@ -31,6 +33,7 @@ def ray_session():
     finally:
         ray.shutdown()
         left = wait_until_no_ray_processes()
+        remove_new_sessions(sessions)
         assert not left, f"Ray processes left after ray.shutdown(): {left}"
 
 

@@ -75,3 +75,24 @@ def alive_actor_pids():
     import ray
     return [info["Pid"] for info in ray._private.state.actors().values()  # noqa: SLF001
             if info["State"] == "ALIVE" and info.get("Pid")]
+
+
+RAY_TEMP = "/tmp/ray"  # Ray's default temporary directory: a session_* folder of logs per start
+
+
+def ray_sessions():
+    try:
+        return {d for d in os.listdir(RAY_TEMP) if d.startswith("session_")}
+    except FileNotFoundError:
+        return set()
+
+
+def remove_new_sessions(before):
+    """Removes the session folders (logs, sockets) of the Ray instances a test started."""
+    import shutil
+    for d in ray_sessions() - set(before):
+        path = os.path.join(RAY_TEMP, d)
+        if os.path.islink(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
