@@ -6,5 +6,6 @@ from .errors import (NotStartedError, RankExited, RayExecutorError, RayStartErro
 from .executor import RayExecutor
 from .elastic import ElasticRayExecutor
 
-__all__ = ["RayExecutor", "ElasticRayExecutor", "RayExecutorError", "RayStartError", "RayStartTimeout", "WorkerLostError",
+__all__ = ["RayExecutor", "ElasticRayExecutor", "RayExecutorError", "RayStartError", "RayStartTimeout",
+           "WorkerLostError",
            "NotStartedError", "RankExited"]

@@ -152,33 +152,41 @@ class ElasticRayExecutor:
         if self.server is None:
             raise RayExecutorError("ElasticRayExecutor.run(): call start() first")
         del callbacks  # Horovod's are for its Ray Tune reporting; nothing to report to here
+        self.finished = threading.Event()
         threading.Thread(target=self._watch, name="collectives-ray-elastic", daemon=True).start()
-        number, last = 0, None
+        number, failing_since = 0, None
         try:
             while True:
                 try:
                     workers = self._start_generation(number)
+                    failing_since = None
                 except RayStartTimeout as e:
                     # The cluster changed under the placement (a node lost before Ray noticed):
-                    # a fresh look at it, as a reset.
+                    # a fresh look at it, as a reset, for up to elastic_timeout.
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since > self.elastic_timeout:
+                        raise RayExecutorError(
+                            f"ElasticRayExecutor: no generation could start for {self.elastic_timeout:g} s "
+                            f"(elastic_timeout); the last try: {e}") from None
                     self._count_reset(f"generation {number} could not start: {e}")
                     number += 1
                     continue
-                last = workers
                 try:
-                    values, failure = gather(workers.call("run", worker_fn, args, kwargs), workers)
+                    values, failure = gather(workers.call("run", worker_fn, args, kwargs))
                     if failure is None:
                         say(f"the job finished on {len(values)} workers (generation {number}, {self.resets} "
                             "restarts)")
                         workers.remove_tree(self.commit_dir)
                         return values
                     self._judge(failure, workers, number)
+                except BaseException:
+                    workers.remove_tree(self.commit_dir)  # the job ends here: its commits go too
+                    raise
                 finally:
                     workers.stop()
                 number += 1
         finally:
             self.finished.set()
-            del last
 
     def _judge(self, failure, workers, number):
         kind, rank, error = failure

@@ -74,7 +74,7 @@ class RayExecutor:
 
     def _collect(self, refs, doing):
         workers = self.workers
-        values, failure = gather(refs, workers)
+        values, failure = gather(refs)
         if failure is None:
             return values
         kind, rank, error = failure

@@ -2,6 +2,8 @@
 is a WorkerLostError naming the rank and node; a rank whose process ended because another was
 lost is a casualty; otherwise the first rank's own exception is raised (peers that failed only
 because of it raise the engine's consequence errors)."""
+import time
+
 from .errors import RankExited, WorkerLostError
 from .ray_api import ray
 
@@ -24,13 +26,15 @@ def classify(error):
     return "error"
 
 
-def gather(refs, workers, timeout=None):
-    """Values in rank order, or raises: returns (values, None) or (None, (kind, rank, error))."""
+def gather(refs, grace=FAILURE_GRACE_S):
+    """Waits for every rank's answer (after a first failure, ``grace`` seconds more for the
+    others'); returns (values in rank order, None) or (None, (kind, rank, error)) for the
+    failure to report: a lost worker first, then an error of the function's own, then an exit,
+    then a rank that ended because others did."""
     index = {ref: r for r, ref in enumerate(refs)}
     results, failures = {}, []
     pending = list(refs)
     deadline = None
-    import time
     while pending:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         done, pending = ray.wait(pending, num_returns=1, timeout=wait)
@@ -43,7 +47,7 @@ def gather(refs, workers, timeout=None):
             except Exception as e:  # noqa: BLE001 - sorted below
                 failures.append((classify(e), r, e))
                 if deadline is None:
-                    deadline = time.monotonic() + (FAILURE_GRACE_S if timeout is None else timeout)
+                    deadline = time.monotonic() + grace
     if not failures:
         return [results[r] for r in range(len(refs))], None
     for kind in ("lost", "error", "exit", "casualty"):

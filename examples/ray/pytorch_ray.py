@@ -32,7 +32,7 @@ def train(steps, lr):
         loss = torch.nn.functional.mse_loss(model(x[mine]), y[mine])
         loss.backward()
         opt.step()
-    return hvd.rank(), float(loss)
+    return hvd.rank(), loss.item()
 
 
 def train_elastic(steps, lr):
@@ -59,7 +59,7 @@ def train_elastic(steps, lr):
             opt.step()
             state.step += 1
             state.commit()
-        return float(loss)
+        return loss.item()
 
     return hvd.rank(), loop(state)
 

@@ -40,7 +40,8 @@ def torch_train(steps, seed=0):
     with torch.no_grad():
         model.weight.copy_(torch.from_numpy(w))
         model.bias.copy_(torch.from_numpy(b))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                   named_parameters=model.named_parameters())
     for _ in range(steps):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -59,8 +60,8 @@ def keras_train(steps, seed=0):
     model.layers[0].set_weights([w.T.astype(np.float32), b.astype(np.float32)])
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), loss="mse")
     mine = (my_rows(x, hvd.rank(), hvd.size()), my_rows(y, hvd.rank(), hvd.size()))
-    model.fit(np.concatenate([mine[0]] * steps).astype(np.float32), np.concatenate([mine[1]] * steps).astype(np.float32),
-              batch_size=share, epochs=1, shuffle=False, verbose=0)
+    xs, ys = (np.concatenate([a] * steps).astype(np.float32) for a in mine)  # one batch per step
+    model.fit(xs, ys, batch_size=share, epochs=1, shuffle=False, verbose=0)
     kernel, bias = model.layers[0].get_weights()
     return kernel.T, bias, hvd.rank(), hvd.size()
 
@@ -82,7 +83,8 @@ def torch_elastic_train(steps, step_sleep, seed=0):
     with torch.no_grad():
         model.weight.copy_(torch.from_numpy(w))
         model.bias.copy_(torch.from_numpy(b))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                   named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
     started = []
 
@@ -99,6 +101,6 @@ def torch_elastic_train(steps, step_sleep, seed=0):
             time.sleep(step_sleep)
 
     train(state)
+    generation = int(os.environ.get("COLLECTIVES_ELASTIC_GENERATION", "-1"))
     return (model.weight.detach().numpy().copy(), model.bias.detach().numpy().copy(), hvd.rank(), hvd.size(),
-            int(os.environ.get("COLLECTIVES_ELASTIC_GENERATION", "-1")), started[0], hvd.local_rank(),
-            hvd.cross_rank(), hvd.cross_size())
+            generation, started[0], hvd.local_rank(), hvd.cross_rank(), hvd.cross_size())

@@ -2,7 +2,7 @@
 first): 2 ranks as Ray actors, their MPI world formed through MPICH's proxies in the actors.
 
 One Ray instance and one started executor serve the module (Ray's start costs ~8-15 s here);
-the worker-kill test starts its own executor last. Cost on this 2-core machine: about 60-90 s.
+the worker-kill test starts its own executor last. Cost on this 2-core machine: about 3 min (175 s at load 15).
 """
 import os
 import signal
@@ -19,6 +19,33 @@ from ray_support import (alive_actors, hard_timeout, ray_missing_reason, ray_ses
 pytestmark = pytest.mark.skipif(ray_missing_reason() is not None, reason=str(ray_missing_reason()))
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 4
+
+
+def test_without_ray_init_start_says_so_and_starts_a_local_ray():
+    """First in the module (before its own Ray starts): a script that never calls ray.init()."""
+    code = textwrap.dedent("""
+        import numpy as np, ray
+        from collectives.ray import RayExecutor
+        ex = RayExecutor(RayExecutor.create_settings(timeout_s=90), num_workers=2)
+        ex.start()
+        def total():
+            import collectives as hvd
+            return float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0])
+        print("RESULT", ex.run(total))
+        ex.shutdown()
+        ray.shutdown()
+    """)
+    sessions = ray_sessions()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    finally:
+        left = wait_until_no_ray_processes()
+        remove_new_sessions(sessions)
+    assert "RESULT [2.0, 2.0]" in out.stdout, out
+    line = ("collectives.ray: RayExecutor.start(): Ray is not initialised; starting a local Ray instance "
+            "(ray.init()). To use a cluster, call ray.init(address='auto')")
+    assert line in out.stderr, out.stderr
+    assert not left, f"Ray processes left: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +131,17 @@ def test_an_exception_on_a_rank_is_raised_with_its_rank(executor):
     assert any("raised on rank 1" in note for note in getattr(info.value, "__notes__", [])), info.value
     with hard_timeout(60, "run()"):
         assert [r for r, _ in executor.run(_allreduce, args=[1.0])] == [0, 1]  # the world goes on
+
+
+def test_no_room_for_the_workers_is_one_line_within_the_placement_timeout(ray_session, executor):
+    from collectives.ray import RayExecutor, RayStartTimeout
+    too_many = RayExecutor(RayExecutor.create_settings(timeout_s=30, placement_group_timeout_s=2), num_workers=3)
+    with hard_timeout(60, "start()"), pytest.raises(RayStartTimeout) as info:
+        too_many.start()
+    assert str(info.value).startswith("Ray could not place 3 workers (3 bundles of {'CPU': 1}, PACK) within 2 s "
+                                      "(placement_group_timeout_s); the cluster has "), info.value
+    assert "\n" not in str(info.value)
+    assert len(alive_actors()) == 2  # the module's executor's, no more
 
 
 def test_torch_training_equals_single_process(executor):

@@ -9,7 +9,7 @@ and ``ray start --address`` on two others with 2 CPUs each. The user's script
   on from the last commit on the 2 workers Ray has alive, and ends with the single-process result.
 
 Needs root (skips otherwise). One cluster serves the module; teardown runs ``ray stop`` in every
-namespace and checks that no Ray process of this venv is left. Cost here: about 3-4 minutes.
+namespace and checks that no Ray process of this venv is left. Cost here: about 3 minutes (185 s at load 15).
 """
 import json
 import os

@@ -45,7 +45,8 @@ def wait_until_no_ray_processes(timeout=30.0):
 
 def alive_actors():
     import ray
-    return {a: info["State"] for a, info in ray._private.state.actors().items() if info["State"] != "DEAD"}  # noqa: SLF001
+    table = ray._private.state.actors()  # noqa: SLF001 - the GCS actor table
+    return {a: info["State"] for a, info in table.items() if info["State"] != "DEAD"}
 
 
 class HardTimeout(Exception):
