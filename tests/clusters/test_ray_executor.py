@@ -2,7 +2,8 @@
 first): 2 ranks as Ray actors, their MPI world formed through MPICH's proxies in the actors.
 
 One Ray instance and one started executor serve the module (Ray's start costs ~8-15 s here);
-the worker-kill test starts its own executor last. Cost on this 2-core machine: about 3 min (175 s at load 15).
+the worker-kill test ends that executor, and the elastic test, last, has the CPUs to itself.
+Cost on this 2-core machine: about 3 min (175 s at load 15).
 """
 import os
 import signal

@@ -128,3 +128,4 @@ def test_elastic_job_goes_on_from_the_last_commit_when_a_node_crashes(cluster):
         np.testing.assert_allclose(np.array(r[0]), w_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(np.array(r[1]), b_ref, rtol=1e-12, atol=1e-12)
     assert "restarting from commit" in err, err[-3000:]
+    print("".join(line + "\n" for line in err.splitlines() if line.startswith("elastic:")))  # what the user saw
