@@ -248,7 +248,7 @@ engine = Extension(
 setup(
     ext_modules=[engine],
     cmdclass={"build_ext": BuildEngine},
-    packages=["collectives", "collectives.elastic", "collectives.launcher", "collectives.torch", "collectives.tensorflow", "collectives.keras",
+    packages=["collectives", "collectives.elastic", "collectives.launcher", "collectives.ray", "collectives.torch", "collectives.tensorflow", "collectives.keras",
               "collectives.adapters", "collectives.adapters.torch", "collectives.adapters.tensorflow"],
     package_dir={"collectives": "collectives", "collectives.adapters": "adapters"},
 )

@@ -2,7 +2,7 @@
 # Creates ./.venv with everything collectives needs and builds the engine into it (editable).
 #   scripts/setup_env.sh             runtime only (numpy, mpi4py, the MPICH wheel)
 #   scripts/setup_env.sh frameworks  plus the CPU builds of PyTorch and TensorFlow (the demo)
-#   scripts/setup_env.sh test        plus those and the test tools
+#   scripts/setup_env.sh test        plus those, the test tools and Ray (collectives[ray])
 #   scripts/setup_env.sh bench       plus those and matplotlib (benchmarks/plot_*.py)
 # On a fresh Debian/Ubuntu machine it installs the compiler, Python headers and venv module
 # with apt-get when run as root (otherwise it says which packages are missing).
@@ -49,6 +49,8 @@ if [ "$MODE" = test ] || [ "$MODE" = bench ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null) \
       || echo "setup: could not install openssh-server; the simulated-pod tests will skip" >&2
   fi
+  # collectives[ray]: tests/clusters/test_ray_*.py run against the real Ray (they skip without it)
+  "${PIP[@]}" "ray==2.60.0"
 fi
 if [ "$MODE" = bench ]; then
   "${PIP[@]}" "matplotlib>=3.5"  # only the plots need it; the tests skip their plot check without it
