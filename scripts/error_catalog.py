@@ -375,6 +375,44 @@ CATALOG = [
       "the job exited early or ran past its timeout.",
       "The re-raised exception names the rank; fix the function, or raise the timeout.",
       match=(r"^run\(\) needs a callable", r"^np must be a positive int", r"^collectives.run:", r"^rank …: …: …")),
+    # --- Ray ---------------------------------------------------------------------------------------
+    E("ray-missing", "Ray is not installed",
+      "collectives.ray needs Ray, an optional extra.",
+      "`pip install 'collectives[ray]'`.",
+      match=(r"^collectives.ray needs Ray",)),
+    E("ray-arguments", "RayExecutor's arguments do not fit",
+      "RayExecutor takes num_workers, or num_hosts with num_workers_per_host (not both); positive "
+      "counts, cpus_per_worker and timeouts; gpus_per_worker only with use_gpu=True; ElasticRayExecutor's "
+      "max_workers at least its min_workers.",
+      "Give the arguments as Horovod's RayExecutor takes them.",
+      match=(r"gpus_per_worker", r"num_workers", r"cpus_per_worker must be positive", r"must be a positive number of seconds",
+             r"is below min_workers", r"^… must be a positive int, not …$")),
+    E("ray-not-started", "A RayExecutor used before start() or after a lost worker",
+      "run()/execute() before start(), or after a lost worker stopped the executor.",
+      "Call `executor.start()` (again, after a lost worker).",
+      match=(r"the executor is not started", r"call start\(\) first")),
+    E("ray-worker-lost", "A Ray worker was lost",
+      "A rank's actor, its process or its node died (killed, out of memory, node lost) during run(); the "
+      "other workers were stopped and no actor is left.",
+      "Find why the node or process died (`ray status`, the node's logs); start() again, or use "
+      "ElasticRayExecutor to go on with the workers left.",
+      match=(r"was lost \(", r"its process is not connected", r"ended while")),
+    E("ray-start", "The MPI world among the Ray workers could not be formed",
+      "collectives.ray starts MPICH's launcher (hydra) with its proxies inside the actors; the launcher is "
+      "missing, exited early or printed an unexpected number of proxy commands.",
+      "Install the `mpich` wheel in the environment the workers use (it comes with collectives); check "
+      "that every Ray node has the same Python environment.",
+      match=(r"^collectives.ray forms its MPI world", r"^MPICH's launcher"),
+      where=("collectives/ray/world.py:",)),
+    E("ray-elastic", "The elastic Ray job cannot go on",
+      "Fewer workers fit than min_workers, no generation could start within elastic_timeout, or "
+      "reset_limit restarts were used up.",
+      "Add nodes or lower min_workers; raise elastic_timeout or reset_limit.",
+      match=(r"^ElasticRayExecutor: only", r"no generation could start", r"reset_limit … reached")),
+    E("ray-leftover-actors", "Actors still alive after shutdown()",
+      "Ray still reported actors of the executor alive after shutdown() waited for them.",
+      "Check `ray list actors`; kill them with `ray.kill`. Report it with the output.",
+      match=(r"still reports … of its actors alive",)),
     # --- Horovod helpers ----------------------------------------------------------------------------
     E("horovod-util", "Horovod's utility functions with wrong arguments",
       "is_version_greater_equal_than takes two version strings of the form major.minor.patch.",
