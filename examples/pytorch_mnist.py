@@ -1,12 +1,13 @@
 """Horovod's PyTorch MNIST recipe on collectives, with MNIST-shaped synthetic data (no download).
 
-    .venv/bin/mpirun -np 2 .venv/bin/python examples/pytorch_mnist.py [--epochs 3]
+    .venv/bin/mpirun -np 2 .venv/bin/python examples/pytorch_mnist.py [--epochs 3] [--cuda]
 
 Each 28x28 image is noise plus a bright 7x7 patch whose position (one of 10 cells) is the
 label, so a small CNN learns it in a few epochs. The recipe: init, one torch thread per rank,
 shard the data by rank, scale the learning rate by the number of ranks, broadcast the initial
 parameters and optimizer state from rank 0, wrap the optimizer in DistributedOptimizer, and
-average the metrics over ranks with allreduce.
+average the metrics over ranks with allreduce. With --cuda each rank trains on the GPU of its
+local rank (examples/slurm/train_gpu.sbatch).
 """
 import argparse
 import time
@@ -53,6 +54,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--train-size", type=int, default=4096)
+    parser.add_argument("--cuda", action="store_true", help="train on GPU number local_rank of each host")
     args = parser.parse_args()
 
     hvd.init()
@@ -65,7 +67,13 @@ def main():
     images, labels = images[hvd.rank()::hvd.size()], labels[hvd.rank()::hvd.size()]
     test_images, test_labels = test_images[hvd.rank()::hvd.size()], test_labels[hvd.rank()::hvd.size()]
 
-    model = Net()
+    device = torch.device("cpu")
+    if args.cuda:
+        device = torch.device("cuda", hvd.local_rank())  # one rank per GPU of its host
+        torch.cuda.set_device(device)
+        images, labels = images.to(device), labels.to(device)
+        test_images, test_labels = test_images.to(device), test_labels.to(device)
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.5)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

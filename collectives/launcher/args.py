@@ -24,14 +24,16 @@ def parser():
                     "launcher the engine was built with.",
         epilog="example: collectivesrun -np 4 -H host1:2,host2:2 python train.py --epochs 3")
     p.add_argument("-v", "--version", action="store_true", help="print the collectives version and exit")
-    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N", help="number of processes (ranks)")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
+                   help="number of processes (ranks); inside a Slurm allocation, default: its task count")
     p.add_argument("-cb", "--check-build", action="store_true",
                    help="show the MPI, NCCL/CUDA and frameworks this installation can use, then exit")
     p.add_argument("--verbose", action="store_true", help="print the launcher command before running it")
 
     hosts = p.add_argument_group("hosts").add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
-                       help="hosts and their slots, e.g. host1:2,host2:2 (default: all ranks on this machine)")
+                       help="hosts and their slots, e.g. host1:2,host2:2 (default: the Slurm allocation's nodes inside "
+                            "sbatch/salloc, else all ranks on this machine)")
     hosts.add_argument("-hostfile", "--hostfile", metavar="FILE",
                        help="file of hosts, one per line: `host slots=N` (horovodrun) or `host:N` (MPICH)")
     p.add_argument("--start-timeout", type=float, default=10.0, metavar="S",
@@ -111,8 +113,8 @@ def parse(argv):
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not (args.version or args.check_build):
-        if args.np is None and not is_elastic(args):
-            p.error("-np N is required")
+        # A missing -np is decided where the hosts are (host_sources.py): inside a Slurm
+        # allocation its task count is the default; elsewhere it is an error there.
         if args.np is not None and args.np < 1:
             p.error(f"-np must be at least 1, not {args.np}")
         if not args.command:

@@ -24,7 +24,7 @@ from typing import Dict, List, NamedTuple
 
 from .. import __version__
 from . import args as cli
-from . import check_build, command, environment, hosts as hostspec, mpi_locator, reachability, supervise
+from . import check_build, command, environment, host_sources, hosts as hostspec, mpi_locator, reachability, supervise
 
 PROG = "collectivesrun"
 
@@ -63,36 +63,40 @@ class Launch(NamedTuple):
     argv: List[str]
     env: Dict[str, str]
     hosts: List[supervise.HostRanks]
+    reach: supervise.Reach  # how hosts are probed after a failure
 
 
-def _placement(args, timeout):
-    """(host list or None, every host is this machine, ranks on this machine or None, the ranks
-    of each host)."""
-    if args.hosts:
-        hosts = hostspec.parse_host_list(args.hosts)
-    elif args.hostfile:
-        hosts = hostspec.parse_hostfile(args.hostfile)
+def _placement(args, environ, timeout):
+    """(the host_sources.Placement, every host is this machine, ranks on this machine or None,
+    the ranks of each host)."""
+    where = host_sources.place(args, environ)
+    if where.hosts is None:
+        return where, True, where.np, [supervise.HostRanks(socket.gethostname(), tuple(range(where.np)), True)]
+    hosts = where.hosts
+    if where.check_ssh:
+        statuses = reachability.check_hosts([h.name for h in hosts], timeout)
+        local_of = {name: status.local for name, status in statuses.items()}
+        all_local = all(local_of[h.name] for h in hosts)
+        if not all_local:
+            for h in hosts:
+                if statuses[h.name].loopback_only:
+                    # Ranks on the other hosts would try to reach this one at their own loopback.
+                    raise hostspec.HostSpecError(f"host '{h.name}' is a loopback name; with other hosts in the "
+                                                 "job, name this machine by its network name or address")
     else:
-        return None, True, args.np, [supervise.HostRanks(socket.gethostname(), tuple(range(args.np)), True)]
-    statuses = reachability.check_hosts([h.name for h in hosts], timeout)
-    all_local = all(statuses[h.name].local for h in hosts)
-    if not all_local:
-        for h in hosts:
-            if statuses[h.name].loopback_only:
-                # Ranks on the other hosts would try to reach this one at their own loopback.
-                raise hostspec.HostSpecError(f"host '{h.name}' is a loopback name; with other hosts in the job, "
-                                             "name this machine by its network name or address")
-    counts = hostspec.ranks_per_host(args.np, hosts)
+        # Started through the hosts' own manager (Slurm): no host counts as forked here.
+        local_of = {h.name: False for h in hosts}
+        all_local = False
+    counts = hostspec.ranks_per_host(where.np, hosts)
     slots = sum(h.slots for h in hosts)
-    if args.np > slots:
-        _warn(f"{args.np} ranks on {slots} slots: hosts take more ranks than their slots")
-    local = sum(n for h, n in zip(hosts, counts) if statuses[h.name].local)
+    if where.np > slots:
+        _warn(f"{where.np} ranks on {slots} slots of {where.source}: hosts take more ranks than their slots")
+    local = sum(n for h, n in zip(hosts, counts) if local_of[h.name])
     placed: Dict[str, supervise.HostRanks] = {}
-    for h, ranks in zip(hosts, hostspec.ranks_on_hosts(args.np, hosts)):  # a host may be listed twice
+    for h, ranks in zip(hosts, hostspec.ranks_on_hosts(where.np, hosts)):  # a host may be listed twice
         before = placed.get(h.name)
-        placed[h.name] = supervise.HostRanks(h.name, (before.ranks if before else ()) + tuple(ranks),
-                                             statuses[h.name].local)
-    return hosts, all_local, local or None, [p for p in placed.values() if p.ranks]
+        placed[h.name] = supervise.HostRanks(h.name, (before.ranks if before else ()) + tuple(ranks), local_of[h.name])
+    return where, all_local, local or None, [p for p in placed.values() if p.ranks]
 
 
 def plan(args, environ):
@@ -104,8 +108,8 @@ def plan(args, environ):
     for w in launcher.warnings:
         _warn(w)
     try:
-        hosts, all_local, local_ranks, placed = _placement(args, args.start_timeout)
-    except (hostspec.HostSpecError, reachability.UnreachableHostError) as e:
+        where, all_local, local_ranks, placed = _placement(args, environ, args.start_timeout)
+    except (hostspec.HostSpecError, reachability.UnreachableHostError, host_sources.PlacementError) as e:
         raise LaunchError(str(e)) from None
     if not all_local and launcher.flavor == mpi_locator.UNKNOWN:
         raise LaunchError(f"{launcher.path} is not MPICH/hydra or Open MPI; collectivesrun can only "
@@ -120,12 +124,13 @@ def plan(args, environ):
     variables = dict(rank_env.variables)
     # Marks the job's processes, so that ending a broken job can find every rank left (supervise.py).
     variables[supervise.JOB_ID_VARIABLE] = uuid.uuid4().hex
-    argv = command.build(launcher, args.np, hosts, all_local, variables, args.mpi_args, program)
+    bootstrap = host_sources.FORK if all_local else where.bootstrap
+    argv = command.build(launcher, where.np, where.hosts, bootstrap, variables, args.mpi_args, program)
     launch_env = dict(environ)
     # Also in the launcher's own environment: ranks started here inherit them whatever the
     # launcher's dialect, and the -genv/-x copies carry them to other hosts.
     launch_env.update(variables)
-    return Launch(launcher.path, argv, launch_env, placed)
+    return Launch(launcher.path, argv, launch_env, placed, where.reach)
 
 
 def main(argv=None):
@@ -150,7 +155,7 @@ def main(argv=None):
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        return supervise.run(launch.path, launch.argv, launch.env, launch.hosts)
+        return supervise.run(launch.path, launch.argv, launch.env, launch.hosts, launch.reach)
     except OSError as e:
         print(f"{PROG}: error: cannot start {launch.path}: {e.strerror or e}", file=sys.stderr)
         return 1

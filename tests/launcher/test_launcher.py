@@ -211,9 +211,12 @@ def test_invalid_knob_value_is_reported_before_launch():
     assert_one_line_error(run, "COLLECTIVES_CACHE_CAPACITY")
 
 
-def test_missing_np_is_a_usage_error():
-    run = launch(["python", WORKER], timeout=30)
-    assert run.returncode == 2 and "-np" in run.stderr, run.describe()
+def test_missing_np_outside_slurm_is_one_line():
+    # Inside a Slurm allocation -np defaults to its tasks (tests/launcher/test_slurm_nodelist.py).
+    run = launch(["python", WORKER], env={"SLURM_JOB_ID": ""}, timeout=30)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1, run.describe()
+    assert lines[0].startswith("collectivesrun: error: -np N is required: not inside a Slurm allocation"), lines
 
 
 # ----------------------------------------------------------------- --check-build

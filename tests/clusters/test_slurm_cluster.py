@@ -1,0 +1,136 @@
+"""collectivesrun and plain srun under a real Slurm (Debian's slurm-wlm 22.05 and munge), on two
+simulated hosts (tests/support/simslurm.py over simhosts.py): slurmctld in nodea, one slurmd per host,
+each CPUs=2, jobs submitted from nodea as a user logged in there would.
+
+  * ``sbatch -N 2 -n 3`` running ``collectivesrun python worker.py`` with no -np/-H: the ranks land 2+1
+    as Slurm placed the tasks, the topology is Horovod's and the collectives equal numpy's;
+  * ``srun --mpi=pmi2 -N 2 -n 3 python worker.py`` with no launcher of ours: the same;
+  * torch and Keras training through sbatch + collectivesrun equal single-process training;
+  * a node crashed mid-job: the job ends with collectivesrun's one line naming the node, and
+    nothing is left running or queued.
+
+Cost: the cluster starts in about 3 s (namespaces, munged, slurmctld, two slurmd) once for the
+module; the cases take about 10 s each except the training one (three processes importing torch
+and TensorFlow on a 2-core machine, about a minute). Needs root and network namespaces, and installs
+slurm-wlm and munge with apt-get when missing; elsewhere everything here skips, saying why.
+Every command has a hard timeout; whatever a test leaves (jobs, processes) is cancelled and killed,
+and the cluster and namespaces are removed after the module, whatever happened.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+import simhosts
+import simslurm
+from mpi_launch import Run, assert_all_ranks_passed, worker_path
+
+REASON = simslurm.unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"real-Slurm tests cannot run here: {REASON}")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = sys.executable
+NODES = ["nodea", "nodeb"]
+PLACEMENT = "nodea:2,nodeb:1"  # what -N 2 -n 3 gives on two nodes of 2 CPUs (block distribution)
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with simhosts.SimHosts(NODES) as sim, simslurm.SimSlurm(sim) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def clean_cluster(slurm):
+    """Each test starts with both nodes idle; it must leave no job queued and no process running."""
+    yield
+    queued = slurm.wait_queue_empty(timeout=60)
+    left = slurm.describe_processes(slurm.job_processes())
+    slurm.cancel_everything()
+    slurm.restore(NODES)
+    assert not queued, f"jobs left in the queue after the test: {queued}"
+    assert not left, f"processes left on the nodes after the test: {left}"
+
+
+def batch_script(tmp_path, *command):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nexec " + " ".join(map(str, command)) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def sbatch(slurm, tmp_path, *command, timeout, nodes=2, tasks=3):
+    """``sbatch --wait -N nodes -n tasks`` of a script running ``command``; a Run of its output files."""
+    script = batch_script(tmp_path, *command)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    run = slurm.run("nodea", ["sbatch", "--wait", "-N", nodes, "-n", tasks, "-o", out, "-e", err, script],
+                    timeout=timeout)
+    return Run(run.returncode, _read(out), _read(err) + run.stderr)
+
+
+def _read(path):
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def test_sbatch_collectivesrun_takes_the_allocation(slurm, tmp_path):
+    run = sbatch(slurm, tmp_path, PY, "-m", "collectives.run", PY, worker_path("multihost_worker.py"), PLACEMENT,
+                 timeout=120)
+    assert run.returncode == 0, run.describe() + slurm.logs()
+    assert_all_ranks_passed(run, 3, min_cases=4)
+    hosts_seen = dict(re.findall(r"\[rank (\d+)\] host=(\S+)", run.stdout))
+    assert hosts_seen == {"0": "nodea", "1": "nodea", "2": "nodeb"}, run.describe()
+
+
+def test_srun_pmi2_needs_no_launcher(slurm):
+    run = slurm.run("nodea", ["srun", "--mpi=pmi2", "-N", 2, "-n", 3, PY, worker_path("multihost_worker.py"),
+                              PLACEMENT], timeout=120)
+    assert run.returncode == 0, run.describe() + slurm.logs()
+    assert_all_ranks_passed(run, 3, min_cases=4)
+    assert "COLLECTIVESRUN_JOB_ID" not in run.stdout
+
+
+def test_torch_and_keras_training_match_one_process(slurm, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    run = sbatch(slurm, tmp_path, PY, "-m", "collectives.run", PY, os.path.join(ROOT, "examples", "mixed_torch_tf.py"),
+                 "--check", "--steps", "8", timeout=300)
+    assert run.returncode == 0, run.describe()
+    assert "training a torch and a Keras model on 3 ranks" in run.stdout, run.describe()
+    assert "torch model matches single-process training: True" in run.stdout, run.describe()
+    assert "keras model matches single-process training: True" in run.stdout, run.describe()
+
+
+def test_a_lost_node_ends_the_job_naming_it(slurm, tmp_path):
+    script = batch_script(tmp_path, PY, "-m", "collectives.run", PY, worker_path("allreduce_loop_worker.py"), 600)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    job = slurm.sim.popen("nodea", ["sbatch", "--wait", "-N", 2, "-n", 3, "-o", out, "-e", err, script],
+                          env={"SLURM_CONF": slurm.conf})
+    try:
+        deadline = time.monotonic() + 120
+        while len(set(re.findall(r"\[rank (\d+) host \S+\] step", _read(out)))) < 3:
+            assert job.poll() is None and time.monotonic() < deadline, \
+                f"the job did not train on every rank\n{_read(out)}\n{_read(err)}\n{slurm.logs()}"
+            time.sleep(0.2)
+        slurm.sim.crash("nodeb")
+        crashed_at = time.monotonic()
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"sbatch --wait still running 60 s after the crash\n{_read(out)}\n{_read(err)}")
+        ended = time.monotonic() - crashed_at
+    finally:
+        if job.poll() is None:
+            slurm.sim.kill_everything(job)
+        job.communicate()
+    lines = [line for line in _read(err).splitlines() if line.startswith("collectivesrun: ")]
+    print(f"the job ended {ended:.1f} s after the crash; stderr:\n{_read(err)}")
+    assert job.returncode != 0
+    assert len(lines) == 1, _read(err)
+    assert lines[0].startswith("collectivesrun: error: lost host 'nodeb' (rank 2): "), lines[0]
+    assert "does not answer on its slurmd port" in lines[0], lines[0]
