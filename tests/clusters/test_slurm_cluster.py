@@ -28,8 +28,8 @@ import simhosts
 import simslurm
 from mpi_launch import Run, assert_all_ranks_passed, worker_path
 
-REASON = simslurm.unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"real-Slurm tests cannot run here: {REASON}")
+REASON = simhosts.unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"real-Slurm tests need simulated hosts: {REASON}")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
@@ -39,6 +39,9 @@ PLACEMENT = "nodea:2,nodeb:1"  # what -N 2 -n 3 gives on two nodes of 2 CPUs (bl
 
 @pytest.fixture(scope="module")
 def slurm():
+    missing = simslurm.ensure_installed()  # apt-get install slurm-wlm munge, when missing and allowed
+    if missing:
+        pytest.skip(f"real-Slurm tests cannot run here: {missing}")
     with simhosts.SimHosts(NODES) as sim, simslurm.SimSlurm(sim) as cluster:
         yield cluster
 
@@ -93,6 +96,20 @@ def test_srun_pmi2_needs_no_launcher(slurm):
     assert run.returncode == 0, run.describe() + slurm.logs()
     assert_all_ranks_passed(run, 3, min_cases=4)
     assert "COLLECTIVESRUN_JOB_ID" not in run.stdout
+
+
+def test_the_cpu_example_sbatch_script_runs(slurm, tmp_path):
+    pytest.importorskip("torch")
+    script = os.path.join(ROOT, "examples", "slurm", "train_cpu.sbatch")
+    out = tmp_path / "example.out"
+    # Its #SBATCH lines ask for 2 nodes x 4 tasks of 2 CPUs; the command line overrides them to fit
+    # the simulated nodes, and the arguments after the script go to the training script.
+    run = slurm.run("nodea", ["sbatch", "--wait", "-N", 2, "--ntasks-per-node", 1, "--cpus-per-task", 1,
+                              "-D", ROOT, "-o", out, script, "--epochs", 1, "--train-size", 512],
+                    env={"COLLECTIVES_VENV": sys.prefix}, timeout=180)
+    text = _read(out)
+    assert run.returncode == 0, run.describe() + text
+    assert re.search(r"epoch 1: train loss \S+ .* accuracy \S+% .*2 ranks\)", text), text
 
 
 def test_torch_and_keras_training_match_one_process(slurm, tmp_path):
