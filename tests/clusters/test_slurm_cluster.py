@@ -18,6 +18,7 @@ and the cluster and namespaces are removed after the module, whatever happened.
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -123,31 +124,54 @@ def test_torch_and_keras_training_match_one_process(slurm, tmp_path):
     assert "keras model matches single-process training: True" in run.stdout, run.describe()
 
 
-def test_a_lost_node_ends_the_job_naming_it(slurm, tmp_path):
-    script = batch_script(tmp_path, PY, "-m", "collectives.run", PY, worker_path("allreduce_loop_worker.py"), 600)
-    out, err = tmp_path / "job.out", tmp_path / "job.err"
-    job = slurm.sim.popen("nodea", ["sbatch", "--wait", "-N", 2, "-n", 3, "-o", out, "-e", err, script],
-                          env={"SLURM_CONF": slurm.conf})
+def crash_mid_job(slurm, argv, out, err, ranks_out=None):
+    """Start ``argv`` on nodea in the background (its output to ``out`` and ``err``), wait until
+    all 3 ranks of allreduce_loop_worker.py print steps (to ``ranks_out``, default ``out``), crash
+    nodeb, and wait (60 s at most) for the command to end. Returns (exit status, seconds from the
+    crash to the end)."""
+    ranks_out = ranks_out or out
+    with open(out, "w") as out_file, open(err, "w") as err_file:
+        job = subprocess.Popen(slurm.sim.command_in("nodea", argv), env=slurm.env(), stdout=out_file,
+                               stderr=err_file, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while len(set(re.findall(r"\[rank (\d+) host \S+\] step", _read(out)))) < 3:
+        while len(set(re.findall(r"\[rank (\d+) host \S+\] step", _read(ranks_out)))) < 3:
             assert job.poll() is None and time.monotonic() < deadline, \
-                f"the job did not train on every rank\n{_read(out)}\n{_read(err)}\n{slurm.logs()}"
+                f"the job did not train on every rank\n{_read(ranks_out)}\n{_read(err)}\n{slurm.logs()}"
             time.sleep(0.2)
         slurm.sim.crash("nodeb")
         crashed_at = time.monotonic()
         try:
             job.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"sbatch --wait still running 60 s after the crash\n{_read(out)}\n{_read(err)}")
-        ended = time.monotonic() - crashed_at
+            raise AssertionError(f"{argv[0]} still running 60 s after the crash\n{_read(out)}\n{_read(err)}") from None
+        return job.returncode, time.monotonic() - crashed_at
     finally:
         if job.poll() is None:
-            slurm.sim.kill_everything(job)
-        job.communicate()
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            slurm.cancel_everything()
+
+
+def test_a_lost_node_ends_the_job_naming_it(slurm, tmp_path):
+    script = batch_script(tmp_path, PY, "-m", "collectives.run", PY, worker_path("allreduce_loop_worker.py"), 600)
+    out, err = tmp_path / "job.out", tmp_path / "job.err"
+    code, ended = crash_mid_job(slurm, ["sbatch", "--wait", "-N", 2, "-n", 3, "-o", out, "-e", err, script],
+                                tmp_path / "sbatch.out", tmp_path / "sbatch.err", ranks_out=out)
+    print(f"the job ended {ended:.1f} s after the crash; its stderr:\n{_read(err)}")
     lines = [line for line in _read(err).splitlines() if line.startswith("collectivesrun: ")]
-    print(f"the job ended {ended:.1f} s after the crash; stderr:\n{_read(err)}")
-    assert job.returncode != 0
+    assert code != 0, _read(err)
     assert len(lines) == 1, _read(err)
     assert lines[0].startswith("collectivesrun: error: lost host 'nodeb' (rank 2): "), lines[0]
     assert "does not answer on its slurmd port" in lines[0], lines[0]
+
+
+def test_a_lost_node_under_plain_srun_is_named_by_slurm(slurm, tmp_path):
+    # No launcher of ours: Slurm ends the step once it declares the node down (SlurmdTimeout,
+    # 10 s here; 300 s by default), and srun names it.
+    out, err = tmp_path / "srun.out", tmp_path / "srun.err"
+    code, ended = crash_mid_job(slurm, ["srun", "--mpi=pmi2", "-N", 2, "-n", 3, PY,
+                                        worker_path("allreduce_loop_worker.py"), 600], out, err)
+    print(f"srun ended {ended:.1f} s after the crash; its stderr:\n{_read(err)}")
+    assert code != 0, _read(err)
+    assert "srun: error: Node failure on nodeb" in _read(err), _read(err)
