@@ -84,6 +84,8 @@ class SimSlurmError(RuntimeError):
 
 
 _live: List["SimSlurm"] = []
+_guard_installed = False
+DIR_PREFIX = "simslurm-"
 
 
 def _teardown_all():
@@ -91,7 +93,48 @@ def _teardown_all():
         slurm.teardown()
 
 
-atexit.register(_teardown_all)
+def _install_guard():
+    """Teardown at exit and on SIGTERM/SIGHUP, before the handler that was there (simhosts',
+    which removes the namespaces and re-raises the signal)."""
+    global _guard_installed
+    if _guard_installed:
+        return
+    atexit.register(_teardown_all)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(sig)
+
+        def handler(signum, frame, previous=previous):
+            _teardown_all()
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+        signal.signal(sig, handler)
+    _guard_installed = True
+
+
+def remove_leftovers():
+    """What a run killed with SIGKILL left: its directory and its munged (the daemons in the
+    namespaces go with simhosts' own leftovers). Directories are named simslurm-<owner pid>-*."""
+    tmp = tempfile.gettempdir()
+    for entry in os.listdir(tmp):
+        if not entry.startswith(DIR_PREFIX):
+            continue
+        owner = entry[len(DIR_PREFIX):].split("-")[0]
+        if not owner.isdigit() or simhosts._alive(int(owner)):  # noqa: SLF001 - the same liveness rule
+            continue
+        path = os.path.join(tmp, entry)
+        try:
+            with open(os.path.join(path, "munged.pid")) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if b"munged" in cmdline and path.encode() in cmdline:  # not a reused pid
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class SimSlurm:
@@ -101,7 +144,9 @@ class SimSlurm:
         self.sim = sim
         self.hosts = list(sim.hosts)
         self.controller = self.hosts[0]
-        self.dir = tempfile.mkdtemp(prefix="simslurm-")
+        remove_leftovers()
+        _install_guard()
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         os.chmod(self.dir, 0o755)  # munged wants every directory above its socket searchable
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.munge_socket = os.path.join(self.dir, "munge.socket")
