@@ -122,6 +122,9 @@ def plan(args, environ):
         _warn(note)
     program = [interpreter_for(args.command[0])] + args.command[1:]
     variables = dict(rank_env.variables)
+    if where.threads_per_rank and environment.THREAD_VARIABLE not in set(environ) | set(variables):
+        # Ranks on other machines (a Slurm allocation): the source knows their CPUs per rank.
+        variables[environment.THREAD_VARIABLE] = str(where.threads_per_rank)
     # Marks the job's processes, so that ending a broken job can find every rank left (supervise.py).
     variables[supervise.JOB_ID_VARIABLE] = uuid.uuid4().hex
     bootstrap = host_sources.FORK if all_local else where.bootstrap

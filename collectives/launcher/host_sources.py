@@ -34,6 +34,7 @@ class Placement:
     reach: supervise.Reach  # how a host is probed (and swept) after a failure
     check_ssh: bool  # check every host resolves and answers ssh before starting
     source: str  # for messages: "-H", "--hostfile", "the Slurm allocation", "this machine"
+    threads_per_rank: Optional[int] = None  # OMP_NUM_THREADS for ranks on other machines, when known
 
 
 def _need_np(args, where):
@@ -71,7 +72,8 @@ class SlurmAllocation:
             raise PlacementError(str(e)) from None
         np_ = args.np if args.np is not None else alloc.tasks
         return Placement(alloc.hosts, np_, SLURM, slurm_allocation.SlurmdReach(environ), False,
-                         f"the Slurm allocation (job {alloc.job_id})")
+                         f"the Slurm allocation (job {alloc.job_id})",
+                         slurm_allocation.threads_per_rank(environ, alloc, np_))
 
 
 class ThisMachine:

@@ -5,6 +5,8 @@ read from the environment Slurm sets, and how a node is probed after a failure.
     SLURM_JOB_NODELIST    compressed node list, e.g. node[01-04,07] (older Slurm: SLURM_NODELIST)
     SLURM_TASKS_PER_NODE  task counts per node, e.g. 2(x3),1; absent: SLURM_NTASKS spread
                           over the nodes as Slurm's block distribution does, else one per node
+    SLURM_CPUS_PER_TASK   (--cpus-per-task) each rank's OMP_NUM_THREADS unless set; without
+    SLURM_JOB_CPUS_PER_NODE   it, the fewest CPUs per rank of any node (same format as tasks)
 
 The ranks start through Slurm: MPICH's hydra with ``-launcher slurm`` runs its proxies as one
 ``srun`` step (one per node), so they are inside the job's step, accounted and cleaned up by
@@ -75,6 +77,22 @@ def read(environ) -> Allocation:
     if not hosts:
         raise SlurmAllocationError(f"Slurm allocation {job_id} has no tasks")
     return Allocation(job_id, hosts)
+
+
+def threads_per_rank(environ, alloc: Allocation, np_) -> Optional[int]:
+    """Compute threads per rank: --cpus-per-task when given, else the fewest CPUs per rank over
+    the nodes (ranks placed as hosts.ranks_per_host places them); None when unknown."""
+    given = environ.get("SLURM_CPUS_PER_TASK", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        cpus = slurm_nodelist.expand_tasks(environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
+    except slurm_nodelist.SlurmListError:
+        return None
+    if len(cpus) != len(alloc.hosts):
+        return None
+    ranks = hostspec.ranks_per_host(np_, alloc.hosts)
+    return max(1, min(c // r for c, r in zip(cpus, ranks) if r)) if any(ranks) else None
 
 
 def slurmd_port(environ) -> int:

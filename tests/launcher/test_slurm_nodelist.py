@@ -142,6 +142,18 @@ def test_the_launch_inside_an_allocation_goes_through_slurm():
     assert argv[-1] == "train.py"
 
 
+def test_threads_per_rank_follow_the_allocation():
+    args = cli.parse(["python", "train.py"])
+    env = dict(SLURM_ENV, SLURM_JOB_CPUS_PER_NODE="8,2")  # nodea: 8 CPUs for 2 ranks; nodeb: 2 for 1
+    assert host_sources.place(args, env).threads_per_rank == 2
+    assert host_sources.place(args, dict(env, SLURM_CPUS_PER_TASK="3")).threads_per_rank == 3
+    assert host_sources.place(args, SLURM_ENV).threads_per_rank is None  # CPUs unknown: left to the ranks
+    launch = runmod.plan(args, dict(os.environ, **dict(env, PATH=os.environ["PATH"])))
+    assert launch.env["OMP_NUM_THREADS"] == "2"
+    launch = runmod.plan(args, dict(os.environ, **dict(env, PATH=os.environ["PATH"], OMP_NUM_THREADS="5")))
+    assert launch.env["OMP_NUM_THREADS"] == "5"  # the user's own setting wins
+
+
 def test_hydra_argv_for_each_bootstrap():
     hydra = mpi_locator.MpiLauncher("/m/mpirun", mpi_locator.HYDRA, "MPICH", "5.0.2", "test")
     two = [hosts.Host("a", 2), hosts.Host("b", 1)]
