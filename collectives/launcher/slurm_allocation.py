@@ -53,7 +53,18 @@ def _block_counts(ntasks, nodes):
     return [base + (1 if i < extra else 0) for i in range(nodes)]
 
 
+def check_not_in_a_step(environ):
+    """``srun collectivesrun ...`` would start the whole job once per task of the step."""
+    tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
+    if environ.get("SLURM_STEP_ID") is not None and tasks.isdigit() and int(tasks) > 1:
+        raise SlurmAllocationError(f"collectivesrun is running in each of the {tasks} tasks of an srun step "
+                                   f"(SLURM_STEP_ID={environ['SLURM_STEP_ID']}): each would start the whole job; run "
+                                   "it once, in the batch script or the salloc shell, or run `srun --mpi=pmi2 python "
+                                   "train.py` without it")
+
+
 def read(environ) -> Allocation:
+    check_not_in_a_step(environ)
     job_id = environ.get(JOB_VARIABLE, "")
     text = next((environ[v] for v in NODELIST_VARIABLES if environ.get(v)), None)
     if text is None:

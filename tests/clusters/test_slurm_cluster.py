@@ -100,6 +100,16 @@ def test_srun_pmi2_needs_no_launcher(slurm):
     assert "COLLECTIVESRUN_JOB_ID" not in run.stdout
 
 
+def test_collectivesrun_under_srun_refuses_to_start_the_job_per_task(slurm, tmp_path):
+    marker = tmp_path / "started"
+    run = slurm.run("nodea", ["srun", "-N", 2, "-n", 2, PY, "-m", "collectives.run", PY, "-c",
+                              f"open({str(marker)!r}, 'w').close()"], timeout=60)
+    lines = [line for line in run.stderr.splitlines() if line.startswith("collectivesrun: error: ")]
+    assert run.returncode != 0 and len(lines) == 2, run.describe()
+    assert all("is running in each of the 2 tasks of an srun step" in line for line in lines), run.describe()
+    assert not marker.exists(), "a rank started"
+
+
 def test_the_cpu_example_sbatch_script_runs(slurm, tmp_path):
     pytest.importorskip("torch")
     script = os.path.join(ROOT, "examples", "slurm", "train_cpu.sbatch")

@@ -105,6 +105,8 @@ def test_allocation_without_per_node_counts():
     ({"SLURM_JOB_ID": "9"}, "SLURM_JOB_NODELIST is not"),
     ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a[1-2]", "SLURM_TASKS_PER_NODE": "1"}, "2 nodes .* but 1 task counts"),
     ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a[2-1]"}, "invalid range"),
+    ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"},
+     "running in each of the 4 tasks of an srun step"),
 ])
 def test_bad_allocation_environment_is_one_line(env, message):
     with pytest.raises(slurm_allocation.SlurmAllocationError, match=message):
