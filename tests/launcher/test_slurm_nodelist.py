@@ -103,7 +103,8 @@ def test_allocation_without_per_node_counts():
 
 @pytest.mark.parametrize("env,message", [
     ({"SLURM_JOB_ID": "9"}, "SLURM_JOB_NODELIST is not"),
-    ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a[1-2]", "SLURM_TASKS_PER_NODE": "1"}, "2 nodes .* but 1 task counts"),
+    ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a[1-2]", "SLURM_TASKS_PER_NODE": "1"},
+     "2 nodes .* but 1 task counts"),
     ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a[2-1]"}, "invalid range"),
     ({"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "a1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"},
      "running in each of the 4 tasks of an srun step"),
@@ -136,7 +137,8 @@ def test_no_np_outside_an_allocation_is_one_clear_error():
 
 
 def test_the_launch_inside_an_allocation_goes_through_slurm():
-    launch = runmod.plan(cli.parse(["python", "train.py"]), dict(os.environ, **dict(SLURM_ENV, PATH=os.environ["PATH"])))
+    environ = dict(os.environ, **dict(SLURM_ENV, PATH=os.environ["PATH"]))  # the real mpirun is found on PATH
+    launch = runmod.plan(cli.parse(["python", "train.py"]), environ)
     argv = launch.argv
     if mpi_locator.locate().flavor == mpi_locator.HYDRA:
         assert argv[1:7] == ["-np", "3", "-launcher", "slurm", "-hosts", "nodea:2,nodeb:1"], argv
