@@ -4,7 +4,11 @@ with the MPI launcher the engine was built with.
     collectivesrun -np 4 [-H host1:2,host2:2 | --hostfile FILE] [--fusion-threshold-mb N]
                    [--cycle-time-ms N] [--timeline-filename F] [--stall-check-time S]
                    [-x VAR=VALUE | -x VAR]... python train.py ...
+    collectivesrun python train.py          # inside sbatch/salloc: the allocation's nodes and tasks
     collectivesrun --check-build
+
+Where the ranks go is decided by the first applicable source in host_sources.py (-H, --hostfile,
+a Slurm allocation, this machine).
 
 It checks everything it can before starting anything (the launcher exists and runs, every host
 resolves and remote ones answer ssh, knob values parse), so a bad setup ends with one line
