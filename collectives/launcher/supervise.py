@@ -43,6 +43,8 @@ WATCHDOG_REPORT = re.compile(r"\[collectives FATAL rank (\d+)\] stalled in a bac
                              r"returned after (\S+) s")
 # MPICH hydra's mpiexec when the connection to a proxy closes (pmiserv_cb.c).
 LOST_PROXY = re.compile(r"control_cb \(.*\): assert \(!closed\) failed")
+# srun, run by hydra's -launcher slurm to start the proxies, failing: hydra then waits forever.
+SRUN_FAILED = re.compile(r"^srun: (fatal: .*|error: Unable to create step.*|error: .*[Ii]nvalid job id.*)$")
 
 PROBE_TIMEOUT_S = 3.0  # ssh's ConnectTimeout when probing a host after a failure
 REPORT_WINDOW_S = 2.5  # after the first report, for the other ranks' (their watchdogs check every second)
@@ -67,6 +69,7 @@ class Findings:
         self.reports: Dict[int, Tuple[str, str]] = {}  # rank -> (the call, the limit in seconds)
         self.first_report: Optional[float] = None
         self.lost_proxy = False
+        self.srun_failed: Optional[str] = None  # srun's line, when it could not start the proxies
         self.alarm = threading.Event()
 
     def scan(self, line):
@@ -76,6 +79,10 @@ class Findings:
                 self.reports.setdefault(int(m.group(1)), (m.group(2), m.group(3)))
                 if self.first_report is None:
                     self.first_report = time.monotonic()
+            self.alarm.set()
+        elif SRUN_FAILED.search(line.strip()):
+            with self.lock:
+                self.srun_failed = self.srun_failed or line.strip()
             self.alarm.set()
         elif LOST_PROXY.search(line):
             with self.lock:
@@ -341,6 +348,8 @@ def host_list(hosts: List[HostRanks]):
 
 def summary(findings, hosts: List[HostRanks], silent: Dict[str, str], what="ssh") -> str:
     """The one line; ``what`` is how hosts were probed ("ssh", "on its slurmd port")."""
+    if findings.srun_failed:
+        return f"Slurm could not start the job's step ({findings.srun_failed})"
     gone = [h for h in hosts if h.name in silent]
     why = f" ({silent[gone[0].name]})" if len(gone) == 1 else ""
     on_host = {r: h.name for h in hosts for r in h.ranks}

@@ -110,6 +110,20 @@ def test_collectivesrun_under_srun_refuses_to_start_the_job_per_task(slurm, tmp_
     assert not marker.exists(), "a rank started"
 
 
+def test_an_allocation_that_is_gone_is_one_line(slurm, tmp_path):
+    # The environment of an allocation that has ended (job 4242 never existed here): srun cannot
+    # create the proxies' step, and MPICH's launcher alone would wait forever.
+    marker = tmp_path / "started"
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "nodea,nodeb", "SLURM_TASKS_PER_NODE": "2,1"}
+    run = slurm.run("nodea", [PY, "-m", "collectives.run", PY, "-c", f"open({str(marker)!r}, 'w').close()"],
+                    env=env, timeout=60)
+    lines = [line for line in run.stderr.splitlines() if line.startswith("collectivesrun: ")]
+    assert run.returncode != 0 and len(lines) == 1, run.describe()
+    assert lines[0].startswith("collectivesrun: error: Slurm could not start the job's step (srun: "), lines[0]
+    assert not marker.exists(), "a rank started"
+    print(run.stderr)
+
+
 def test_the_cpu_example_sbatch_script_runs(slurm, tmp_path):
     pytest.importorskip("torch")
     script = os.path.join(ROOT, "examples", "slurm", "train_cpu.sbatch")

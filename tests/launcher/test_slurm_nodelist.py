@@ -13,7 +13,7 @@ import pytest
 
 from collectives.launcher import args as cli
 from collectives.launcher import cli as runmod
-from collectives.launcher import command, host_sources, hosts, mpi_locator, slurm_allocation, slurm_nodelist
+from collectives.launcher import command, host_sources, hosts, mpi_locator, slurm_allocation, slurm_nodelist, supervise
 
 LISTS = {
     "node[01-04,07]": ["node01", "node02", "node03", "node04", "node07"],
@@ -156,6 +156,16 @@ def test_threads_per_rank_follow_the_allocation():
     assert launch.env["OMP_NUM_THREADS"] == "2"
     launch = runmod.plan(args, dict(os.environ, **dict(env, PATH=os.environ["PATH"], OMP_NUM_THREADS="5")))
     assert launch.env["OMP_NUM_THREADS"] == "5"  # the user's own setting wins
+
+
+def test_a_failing_srun_is_noticed_and_named():
+    findings = supervise.Findings()
+    findings.scan("srun: error: fetch_config: DNS SRV lookup failed")
+    assert not findings.alarm.is_set()  # srun's own errors before its fatal one are not the verdict
+    findings.scan("srun: fatal: Could not establish a configuration source")
+    assert findings.alarm.is_set()
+    assert supervise.summary(findings, [], {}, "on its slurmd port") == \
+        "Slurm could not start the job's step (srun: fatal: Could not establish a configuration source)"
 
 
 def test_hydra_argv_for_each_bootstrap():
