@@ -2,7 +2,7 @@
 simulated hosts (tests/support/simslurm.py over simhosts.py): slurmctld in nodea, one slurmd per host,
 each CPUs=2, jobs submitted from nodea as a user logged in there would.
 
-  * ``sbatch -N 2 -n 3`` running ``collectivesrun python worker.py`` with no -np/-H: the ranks land 2+1
+  * ``sbatch -N 2 -n 3`` (and ``salloc``) running ``collectivesrun python worker.py`` with no -np/-H: the ranks land 2+1
     as Slurm placed the tasks, the topology is Horovod's and the collectives equal numpy's;
   * ``srun --mpi=pmi2 -N 2 -n 3 python worker.py`` with no launcher of ours: the same;
   * examples/slurm/train_cpu.sbatch itself;
@@ -83,9 +83,13 @@ def _read(path):
         return ""
 
 
-def test_sbatch_collectivesrun_takes_the_allocation(slurm, tmp_path):
-    run = sbatch(slurm, tmp_path, PY, "-m", "collectives.run", PY, worker_path("multihost_worker.py"), PLACEMENT,
-                 timeout=120)
+@pytest.mark.parametrize("submit", ["sbatch", "salloc"])
+def test_collectivesrun_takes_the_allocation(slurm, tmp_path, submit):
+    command = [PY, "-m", "collectives.run", PY, worker_path("multihost_worker.py"), PLACEMENT]
+    if submit == "sbatch":
+        run = sbatch(slurm, tmp_path, *command, timeout=120)
+    else:  # collectivesrun in the allocation's shell on nodea (salloc runs the command there)
+        run = slurm.run("nodea", ["salloc", "-N", 2, "-n", 3, *command], timeout=120)
     assert run.returncode == 0, run.describe() + slurm.logs()
     assert_all_ranks_passed(run, 3, min_cases=4)
     hosts_seen = dict(re.findall(r"\[rank (\d+)\] host=(\S+)", run.stdout))

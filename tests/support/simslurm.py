@@ -8,13 +8,12 @@ one ``munged`` they all authenticate through (its socket is a path, which every 
 
 Everything lives in one temporary directory (slurm.conf, the munge key and socket, state, spool
 and logs), the daemons run in the foreground as this process's children, and teardown (context
-manager, atexit, SIGTERM through simhosts' guard) cancels every job, stops the daemons and removes
-the directory whatever happened. Nothing outside that directory is touched: the packages' own
-/etc/slurm and /etc/munge are not read.
+manager, atexit, SIGTERM/SIGHUP) cancels every job, stops the daemons and removes the directory
+whatever happened; a run killed with SIGKILL is cleaned up by the next one (``remove_leftovers``).
+Nothing outside that directory is touched: the packages' own /etc/slurm and /etc/munge are not read.
 
-``unavailable_reason()`` says why this cannot run (no root or namespaces, no Slurm installed and
-apt-get cannot install it); ``ensure_installed()`` installs ``slurm-wlm`` and ``munge`` with
-apt-get when they are missing and the machine allows it (CI runs as root).
+``ensure_installed()`` installs ``slurm-wlm`` and ``munge`` with apt-get when they are missing and
+the machine allows it (CI runs as root), else says why not (for pytest.skip).
 """
 import atexit
 import os
@@ -65,10 +64,6 @@ def ensure_installed() -> Optional[str]:
             return None
     last = (proc.stderr.strip().splitlines() or ["?"])[-1]
     return f"cannot install {' '.join(PACKAGES)} with apt-get: {last}"
-
-
-def unavailable_reason() -> Optional[str]:
-    return simhosts.unavailable_reason() or ensure_installed()
 
 
 def _children(pid) -> List[int]:
