@@ -2,6 +2,9 @@
 
 args          the command line (our flags and horovodrun's spellings)
 hosts         -H / --hostfile parsing and where each rank lands
+host_sources  where a job's hosts come from: -H, --hostfile, a Slurm allocation, this machine
+slurm_allocation  the nodes and task counts of a Slurm allocation; probing a node's slurmd
+slurm_nodelist    Slurm's compressed node lists and task counts (scontrol's, or our parser)
 reachability  resolving host names, telling local from remote, ssh checks
 elf_deps      which libmpi the compiled engine links, and from where
 mpi_locator   finding the MPI launcher that matches the engine, and its flavour

@@ -4,8 +4,7 @@ Flags keep horovodrun's spellings where it has them (``-np``/``--num-proc``, ``-
 ``-hostfile``/``--hostfile``, ``--fusion-threshold-mb``, ``--cycle-time-ms``,
 ``--cache-capacity``, ``--timeline-filename``, ``--timeline-mark-cycles``,
 ``--stall-check-warning-time-seconds``, ``--stall-check-shutdown-time-seconds``,
-``--no-stall-check`` (and the hidden opposites ``--no-hierarchical-allreduce``, ``--no-hierarchical-allgather``,
-``--no-autotune``, ``--no-timeline-mark-cycles``, ``--stall-check``), ``--log-level``, ``--hierarchical-allreduce``, ``--hierarchical-allgather``,
+``--no-stall-check``, ``--log-level``, ``--hierarchical-allreduce``, ``--hierarchical-allgather``,
 ``--autotune``, ``--autotune-log-file``, ``--autotune-warmup-samples``, ``--autotune-steps-per-sample``,
 ``--autotune-bayes-opt-max-samples``, ``--autotune-gaussian-process-noise``,
 ``--mpi-args``, ``-cb``/``--check-build``, ``--verbose``),
@@ -13,10 +12,8 @@ so existing job scripts only change the program name; shorter names of our own a
 beside them. Everything from the first word that is not an option is the command to run.
 """
 import argparse
-import os
 
 from .. import config
-from . import operator_hostfile
 
 
 def parser():
@@ -27,14 +24,16 @@ def parser():
                     "launcher the engine was built with.",
         epilog="example: collectivesrun -np 4 -H host1:2,host2:2 python train.py --epochs 3")
     p.add_argument("-v", "--version", action="store_true", help="print the collectives version and exit")
-    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N", help="number of processes (ranks)")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
+                   help="number of processes (ranks); inside a Slurm allocation, default: its task count")
     p.add_argument("-cb", "--check-build", action="store_true",
                    help="show the MPI, NCCL/CUDA and frameworks this installation can use, then exit")
     p.add_argument("--verbose", action="store_true", help="print the launcher command before running it")
 
     hosts = p.add_argument_group("hosts").add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
-                       help="hosts and their slots, e.g. host1:2,host2:2 (default: all ranks on this machine)")
+                       help="hosts and their slots, e.g. host1:2,host2:2 (default: the Slurm allocation's nodes inside "
+                            "sbatch/salloc, else all ranks on this machine)")
     hosts.add_argument("-hostfile", "--hostfile", metavar="FILE",
                        help="file of hosts, one per line: `host slots=N` (horovodrun) or `host:N` (MPICH)")
     p.add_argument("--start-timeout", type=float, default=10.0, metavar="S",
@@ -65,26 +64,22 @@ def parser():
     knobs.add_argument("--cycle-time-ms", type=float, metavar="MS", help="COLLECTIVES_CYCLE_TIME")
     knobs.add_argument("--cache-capacity", type=int, metavar="N", help="COLLECTIVES_CACHE_CAPACITY")
     knobs.add_argument("--timeline-filename", metavar="FILE", help="COLLECTIVES_TIMELINE (written by rank 0)")
-    _switch(knobs, "timeline-mark-cycles", "COLLECTIVES_TIMELINE_MARK_CYCLES=1")
+    knobs.add_argument("--timeline-mark-cycles", action="store_true", help="COLLECTIVES_TIMELINE_MARK_CYCLES=1")
     knobs.add_argument("--stall-check-time", "--stall-check-warning-time-seconds", dest="stall_check_s",
                        type=float, metavar="S", help="COLLECTIVES_STALL_CHECK_TIME_SECONDS")
     knobs.add_argument("--stall-shutdown-time", "--stall-check-shutdown-time-seconds", dest="stall_shutdown_s",
                        type=float, metavar="S", help="COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS")
-    stall = knobs.add_mutually_exclusive_group()
-    stall.add_argument("--no-stall-check", dest="no_stall_check", action="store_const", const=True,
-                       help="COLLECTIVES_STALL_CHECK_DISABLE=1")
-    stall.add_argument("--stall-check", dest="no_stall_check", action="store_const", const=False,
-                       help=argparse.SUPPRESS)  # horovodrun's hidden opposite: COLLECTIVES_STALL_CHECK_DISABLE=0
+    knobs.add_argument("--no-stall-check", action="store_true", help="COLLECTIVES_STALL_CHECK_DISABLE=1")
     knobs.add_argument("--log-level", type=str.lower, choices=config.LOG_LEVELS, help="COLLECTIVES_LOG_LEVEL")
-    _switch(knobs, "hierarchical-allreduce",
-            "COLLECTIVES_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, across hosts, then within the host "
-            "again (--no-hierarchical-allreduce: =0, which also keeps the autotuner from choosing it)")
-    _switch(knobs, "hierarchical-allgather",
-            "COLLECTIVES_HIERARCHICAL_ALLGATHER=1: gather within each host, across hosts, then broadcast within "
-            "the host (--no-hierarchical-allgather: =0)")
-    _switch(knobs, "autotune",
-            "COLLECTIVES_AUTOTUNE=1: tune the fusion threshold, cycle time and hierarchical algorithms during "
-            "the first steps (knobs given explicitly stay fixed)")
+    knobs.add_argument("--hierarchical-allreduce", action="store_true",
+                       help="COLLECTIVES_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, across hosts, then "
+                            "within the host again")
+    knobs.add_argument("--hierarchical-allgather", action="store_true",
+                       help="COLLECTIVES_HIERARCHICAL_ALLGATHER=1: gather within each host, across hosts, then "
+                            "broadcast within the host")
+    knobs.add_argument("--autotune", action="store_true",
+                       help="COLLECTIVES_AUTOTUNE=1: tune the fusion threshold, cycle time and hierarchical "
+                            "algorithms during the first steps (knobs given explicitly stay fixed)")
     knobs.add_argument("--autotune-log-file", metavar="FILE", help="COLLECTIVES_AUTOTUNE_LOG (CSV, rank 0)")
     knobs.add_argument("--autotune-warmup-samples", type=int, metavar="N", help="COLLECTIVES_AUTOTUNE_WARMUP_SAMPLES")
     knobs.add_argument("--autotune-steps-per-sample", type=int, metavar="N",
@@ -107,31 +102,19 @@ def parser():
     return p
 
 
-def _switch(group, name, help_text):
-    """horovodrun's on/off pair: ``--NAME`` sets the knob to 1, ``--no-NAME`` to 0 (given explicitly,
-    so the autotuner leaves it alone); neither leaves it unset (None)."""
-    pair = group.add_mutually_exclusive_group()
-    dest = name.replace("-", "_")
-    pair.add_argument(f"--{name}", dest=dest, action="store_const", const=True, help=help_text)
-    pair.add_argument(f"--no-{name}", dest=dest, action="store_const", const=False, help=argparse.SUPPRESS)
-
-
 class _GlooAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error("collectives runs over MPI only; --gloo is not available")
 
 
-def parse(argv, environ=None):
-    """The parsed command line; ``environ`` (default os.environ) may name the hosts instead of
-    -np/-H (operator_hostfile.py: an MPIJob's launcher pod)."""
+def parse(argv):
     p = parser()
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not (args.version or args.check_build):
-        from_environment = operator_hostfile.applies(args, os.environ if environ is None else environ)
-        if args.np is None and not is_elastic(args) and not from_environment:
-            p.error("-np N is required (or a host file named by HYDRA_HOST_FILE, as an MPIJob's launcher has)")
+        # A missing -np is decided where the hosts are (host_sources.py): inside a Slurm
+        # allocation its task count is the default; elsewhere it is an error there.
         if args.np is not None and args.np < 1:
             p.error(f"-np must be at least 1, not {args.np}")
         if not args.command:

@@ -51,8 +51,13 @@ def run(func, args=(), kwargs=None, np=1, hosts=None, hostfile=None, env=None, v
             command += ["--verbose"]
         command += list(launcher_args)
         command += [sys.executable, "-m", "collectives.launcher.function_worker", directory]
+        launch_env = _rank_environment(env)
+        if not (hosts or hostfile):
+            # Horovod's run() without hosts means this machine, whose temporary directory holds the
+            # results; inside a Slurm allocation collectivesrun would otherwise use its nodes.
+            launch_env.pop("SLURM_JOB_ID", None)
         try:
-            job = subprocess.run(command, env=_rank_environment(env), capture_output=not verbose,
+            job = subprocess.run(command, env=launch_env, capture_output=not verbose,
                                  text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise RunError(f"collectives.run: the job did not finish within {timeout} s and was killed") from None

@@ -6,7 +6,8 @@ for MPICH (``<job>-worker-0.<job>-worker.<namespace>.svc:<slots>`` lines), ``I_M
 for Intel MPI (same lines) and ``OMPI_MCA_orte_default_hostfile`` for Open MPI (``... slots=N``).
 There plain ``mpirun prog`` runs one rank per slot of that file; so that
 ``collectivesrun python train.py`` does the same, a command line without ``-H``/``--hostfile``
-takes the file from these variables, and without ``-np`` one rank per slot. The same variables
+takes the file from these variables, and without ``-np`` one rank per slot (host_sources.py's
+OperatorHostfile). The same variables
 set by hand (they are the MPIs' own) mean the same thing. In the launcher pod (the operator sets
 ``K_MPI_JOB_ROLE=launcher``) the lines about lost hosts also name the pod (pod_of).
 """
@@ -40,26 +41,6 @@ def find(environ: Mapping[str, str]) -> Optional[EnvironmentHostfile]:
         if path:
             return EnvironmentHostfile(variable, path)
     return None
-
-
-def applies(args, environ) -> bool:
-    """Whether ``args`` leaves the hosts to the environment and the environment names a file."""
-    return not args.hosts and not args.hostfile and find(environ) is not None
-
-
-def apply(args, environ):
-    """Fill ``args.hostfile`` (and ``args.np``, one rank per slot, when not given) from the
-    environment when the command line names no hosts; HostSpecError names the variable."""
-    if not applies(args, environ):
-        return
-    found = find(environ)
-    try:
-        listed = hostspec.parse_hostfile(found.path)
-    except hostspec.HostSpecError as e:
-        raise hostspec.HostSpecError(f"{e} (the host file named by {found.variable})") from None
-    args.hostfile = found.path
-    if args.np is None:
-        args.np = sum(h.slots for h in listed)
 
 
 def pod_of(host, environ) -> str:

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Protocol, Tuple
 
 from . import shm_cleanup
 
@@ -48,6 +48,8 @@ LOST_PROXY = re.compile(r"control_cb \(.*\): assert \(!closed\) failed")
 # sshd was killed with the host or pod. Seen alone when a surviving rank crashed at the loss first
 # and mpiexec ended on that rank's signal without reporting the closed proxy.
 LOST_SESSION = re.compile(r"^Connection to \S+ closed by remote host\.")
+# srun, run by hydra's -launcher slurm to start the proxies, failing: hydra then waits forever.
+SRUN_FAILED = re.compile(r"^srun: (fatal: .*|error: Unable to create step.*|error: .*[Ii]nvalid job id.*)$")
 
 PROBE_TIMEOUT_S = 3.0  # ssh's ConnectTimeout when probing a host after a failure
 REPORT_WINDOW_S = 2.5  # after the first report, for the other ranks' (their watchdogs check every second)
@@ -73,6 +75,7 @@ class Findings:
         self.reports: Dict[int, Tuple[str, str]] = {}  # rank -> (the call, the limit in seconds)
         self.first_report: Optional[float] = None
         self.lost_proxy = False
+        self.srun_failed: Optional[str] = None  # srun's line, when it could not start the proxies
         self.alarm = threading.Event()
 
     def scan(self, line):
@@ -82,6 +85,10 @@ class Findings:
                 self.reports.setdefault(int(m.group(1)), (m.group(2), m.group(3)))
                 if self.first_report is None:
                     self.first_report = time.monotonic()
+            self.alarm.set()
+        elif SRUN_FAILED.search(line.strip()):
+            with self.lock:
+                self.srun_failed = self.srun_failed or line.strip()
             self.alarm.set()
         elif LOST_PROXY.search(line) or LOST_SESSION.search(line):
             with self.lock:
@@ -134,9 +141,10 @@ def _exit_status(code):
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
 
 
-def run(path, argv, env, hosts: List[HostRanks]) -> int:
+def run(path, argv, env, hosts: List[HostRanks], reach=None) -> int:
     """Run the launcher and watch it; returns collectivesrun's exit status. OSError when the
-    launcher cannot be started."""
+    launcher cannot be started. ``reach`` probes and sweeps the remote hosts after a failure
+    (default: over ssh)."""
     findings = Findings()
     job_id = env.get(JOB_ID_VARIABLE, "")
     watch = shm_cleanup.SegmentWatch(f"{JOB_ID_VARIABLE}={job_id}") if job_id else None
@@ -169,7 +177,7 @@ def run(path, argv, env, hosts: List[HostRanks]) -> int:
         if not findings.alarm.is_set():
             child.stderr.close()
             return _exit_status(code)
-        return end_job(child, reader, findings, hosts, job_id)
+        return end_job(child, reader, findings, hosts, job_id, reach or SSH_REACH)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -269,9 +277,38 @@ def sweep_remote(name, job_id):
         pass
 
 
-def end_job(child, reader, findings, hosts: List[HostRanks], job_id) -> int:
+class SshReach:
+    """Probing and sweeping hosts over ssh (hosts given with -H/--hostfile)."""
+    what = "ssh"
+
+    @staticmethod
+    def probe(name):
+        return probe(name)
+
+    @staticmethod
+    def sweep(name, job_id):
+        sweep_remote(name, job_id)
+
+
+class Reach(Protocol):
+    """How the hosts of a placement are probed and swept after a failure (SshReach here,
+    slurm_allocation.SlurmdReach for a Slurm allocation)."""
+    what: str  # for the message: "ssh" -> "does not answer ssh"
+
+    def probe(self, name) -> Optional[str]:
+        """None when the host answers, else why not."""
+
+    def sweep(self, name, job_id) -> None:
+        """Kill what is left of the job on the host."""
+
+
+SSH_REACH = SshReach()
+
+
+def end_job(child, reader, findings, hosts: List[HostRanks], job_id, reach=None) -> int:
+    reach = reach or SSH_REACH
     remote = [h.name for h in hosts if not h.local]
-    silent = {name: why for name, why in _in_parallel(probe, remote).items() if why is not None}
+    silent = {name: why for name, why in _in_parallel(reach.probe, remote).items() if why is not None}
     with findings.lock:
         first = findings.first_report
     if first is not None:
@@ -281,12 +318,13 @@ def end_job(child, reader, findings, hosts: List[HostRanks], job_id) -> int:
     child.stderr.close()
     if job_id:
         answering = [h for h in hosts if h.name not in silent]
-        if any(h.local for h in answering):
-            sweep_local(job_id)
-        _in_parallel(lambda name: sweep_remote(name, job_id), [h.name for h in answering if not h.local])
+        # Always here: what carries the job's id on this machine is the job's (ranks, and the
+        # launcher's own helpers: ssh clients, an srun that outlived mpirun).
+        sweep_local(job_id)
+        _in_parallel(lambda name: reach.sweep(name, job_id), [h.name for h in answering if not h.local])
     with findings.lock:
         stalled = bool(findings.reports)
-        line = summary(findings, hosts, silent)
+        line = summary(findings, hosts, silent, reach.what)
     code = WATCHDOG_EXIT_CODE if stalled else (_exit_status(child.returncode) or 1)
     print(f"collectivesrun: error: {line}; the job was ended (exit status {code})", file=sys.stderr, flush=True)
     return code
@@ -315,7 +353,10 @@ def host_list(hosts: List[HostRanks]):
     return ("host " if len(hosts) == 1 else "hosts ") + text
 
 
-def summary(findings, hosts: List[HostRanks], silent: Dict[str, str]) -> str:
+def summary(findings, hosts: List[HostRanks], silent: Dict[str, str], what="ssh") -> str:
+    """The one line; ``what`` is how hosts were probed ("ssh", "on its slurmd port")."""
+    if findings.srun_failed:
+        return f"Slurm could not start the job's step ({findings.srun_failed})"
     gone = [h for h in hosts if h.name in silent]
     why = f" ({silent[gone[0].name]})" if len(gone) == 1 else ""
     on_host = {r: h.name for h in hosts for r in h.ranks}
@@ -325,17 +366,17 @@ def summary(findings, hosts: List[HostRanks], silent: Dict[str, str]) -> str:
         line = f"the job stalled: {rank_list(reporters)} waited {limit} s in {call}"
         if gone:
             verb = "does" if len(gone) == 1 else "do"
-            return f"{line}; {host_list(gone)} {verb} not answer ssh{why}: the host or its network link is down"
+            return f"{line}; {host_list(gone)} {verb} not answer {what}{why}: the host or its network link is down"
         quiet = [r for r in sorted(on_host) if r not in findings.reports]
         if quiet:
             where = sorted({on_host[r] for r in quiet})
             return (f"{line}; {rank_list(quiet)} (on {', '.join(where)}) did not report it: stopped, hung or cut off "
-                    f"(every host answers ssh)")
-        return f"{line}; every rank reported it and every host answers ssh"
+                    f"(every host answers {what})")
+        return f"{line}; every rank reported it and every host answers {what}"
     if len(gone) == 1:
         return (f"lost {host_list(gone)}: the MPI launcher's connection to its proxy closed and the host does not "
-                f"answer ssh{why}: it crashed or lost power")
+                f"answer {what}{why}: it crashed or lost power")
     if gone:
         return (f"lost {host_list(gone)}: the MPI launcher's connections to their proxies closed and they do not "
-                "answer ssh: they crashed or lost power")
-    return "the MPI launcher lost its connection to a host's proxy (the proxy died; every host answers ssh)"
+                f"answer {what}: they crashed or lost power")
+    return f"the MPI launcher lost its connection to a host's proxy (the proxy died; every host answers {what})"

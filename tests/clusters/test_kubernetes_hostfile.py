@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from collectives.launcher import args as launcher_args
-from collectives.launcher import hosts, operator_hostfile, supervise
+from collectives.launcher import host_sources, hosts, operator_hostfile, supervise
 
 PY = sys.executable
 
@@ -26,29 +26,24 @@ def hostfile(tmp_path, text):
 
 def test_the_operators_mpich_hostfile_gives_hosts_and_ranks(tmp_path):
     path = hostfile(tmp_path, "pi-worker-0.pi.default.svc:2\npi-worker-1.pi.default.svc:2\n")
-    args = launcher_args.parse(["python", "train.py"], {"HYDRA_HOST_FILE": path})
-    operator_hostfile.apply(args, {"HYDRA_HOST_FILE": path})
-    assert (args.hostfile, args.np) == (path, 4)
-    assert hosts.parse_hostfile(args.hostfile) == [hosts.Host("pi-worker-0.pi.default.svc", 2),
-                                                   hosts.Host("pi-worker-1.pi.default.svc", 2)]
+    where = host_sources.place(launcher_args.parse(["python", "train.py"]), {"HYDRA_HOST_FILE": path})
+    assert where.np == 4 and where.bootstrap == host_sources.SSH
+    assert where.hosts == [hosts.Host("pi-worker-0.pi.default.svc", 2), hosts.Host("pi-worker-1.pi.default.svc", 2)]
 
 
 @pytest.mark.parametrize("variable", [v for v, _ in operator_hostfile.VARIABLES])
 def test_each_mpis_variable_is_read(tmp_path, variable):
     path = hostfile(tmp_path, "a.svc slots=3\n" if variable.startswith("OMPI") else "a.svc:3\n")
-    args = launcher_args.parse(["prog"], {variable: path})
-    operator_hostfile.apply(args, {variable: path})
-    assert (args.hostfile, args.np) == (path, 3)
+    where = host_sources.place(launcher_args.parse(["prog"]), {variable: path})
+    assert (where.hosts, where.np) == ([hosts.Host("a.svc", 3)], 3)
 
 
 def test_the_command_line_wins(tmp_path):
     path = hostfile(tmp_path, "a.svc:2\nb.svc:2\n")
-    args = launcher_args.parse(["-np", "2", "-H", "localhost:2", "prog"], {"HYDRA_HOST_FILE": path})
-    operator_hostfile.apply(args, {"HYDRA_HOST_FILE": path})
-    assert (args.hosts, args.hostfile, args.np) == ("localhost:2", None, 2)
-    args = launcher_args.parse(["-np", "1", "prog"], {"HYDRA_HOST_FILE": path})
-    operator_hostfile.apply(args, {"HYDRA_HOST_FILE": path})
-    assert (args.hostfile, args.np) == (path, 1)  # fewer ranks than slots: the file still places them
+    where = host_sources.place(launcher_args.parse(["-np", "2", "-H", "localhost:2", "prog"]), {"HYDRA_HOST_FILE": path})
+    assert (where.hosts, where.np, where.source) == ([hosts.Host("localhost", 2)], 2, "-H")
+    where = host_sources.place(launcher_args.parse(["-np", "1", "prog"]), {"HYDRA_HOST_FILE": path})
+    assert (len(where.hosts), where.np) == (2, 1)  # fewer ranks than slots: the file still places them
 
 
 def test_lost_hosts_are_named_by_their_pod_in_the_launcher_pod():
@@ -74,10 +69,9 @@ def test_a_closed_ssh_session_means_a_lost_host():
         "lost host 'pi-worker-1.pi.default.svc' (pod pi-worker-1, ranks 2, 3): the MPI launcher's connection")
 
 
-def test_without_the_variable_np_is_still_required(capsys):
-    with pytest.raises(SystemExit):
-        launcher_args.parse(["prog"], {})
-    assert "-np N is required" in capsys.readouterr().err
+def test_without_the_variable_np_is_still_required():
+    with pytest.raises(host_sources.PlacementError, match="-np N is required"):
+        host_sources.place(launcher_args.parse(["prog"]), {})
 
 
 def run(env_extra, *argv):

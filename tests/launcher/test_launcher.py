@@ -28,8 +28,9 @@ SCRUBBED = ("OMP_NUM_THREADS", "MPIR_CVAR_ENABLE_HEAVY_YIELD", "COLLECTIVES_MPIR
 def launch(argv, env=None, timeout=60, module=False):
     """collectivesrun (or python -m collectives.run) with a hard timeout; the whole process
     group is killed when it runs over."""
+    # SLURM_*: run inside an allocation, collectivesrun would place the ranks on its nodes.
     full_env = {k: v for k, v in os.environ.items()
-                if k not in SCRUBBED and not k.startswith(("COLLECTIVES_", "HOROVOD_"))}
+                if k not in SCRUBBED and not k.startswith(("COLLECTIVES_", "HOROVOD_", "SLURM_"))}
     full_env["PYTHONUNBUFFERED"] = "1"
     # the workers' shared modules (common.py) live in tests/support, not beside the worker
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SUPPORT, full_env.get("PYTHONPATH")]))
@@ -211,9 +212,12 @@ def test_invalid_knob_value_is_reported_before_launch():
     assert_one_line_error(run, "COLLECTIVES_CACHE_CAPACITY")
 
 
-def test_missing_np_is_a_usage_error():
+def test_missing_np_outside_slurm_is_one_line():
+    # Inside a Slurm allocation -np defaults to its tasks (tests/launcher/test_slurm_nodelist.py).
     run = launch(["python", WORKER], timeout=30)
-    assert run.returncode == 2 and "-np" in run.stderr, run.describe()
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1, run.describe()
+    assert lines[0].startswith("collectivesrun: error: -np N is required: not inside a Slurm allocation"), lines
 
 
 # ----------------------------------------------------------------- --check-build

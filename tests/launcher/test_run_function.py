@@ -46,6 +46,15 @@ def test_closure_over_local_state():
     assert collectives.run(fn, np=2, timeout=TIMEOUT) == [[0, 7], [0, 7]]
 
 
+def test_without_hosts_it_stays_on_this_machine_inside_a_slurm_allocation():
+    import os
+
+    # Nodes that do not exist: through the allocation the job could not start.
+    env = dict(os.environ, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="nowhere[1-2]", SLURM_TASKS_PER_NODE="1(x2)")
+    results = collectives.run(_allreduce_on_every_rank, args=(1.0,), np=2, env=env, timeout=TIMEOUT)
+    assert [(r, size) for r, size, _ in results] == [(0, 2), (1, 2)]
+
+
 def _fails_on_rank_one():
     import collectives as hvd
 
