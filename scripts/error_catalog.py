@@ -375,6 +375,19 @@ CATALOG = [
       "the job exited early or ran past its timeout.",
       "The re-raised exception names the rank; fix the function, or raise the timeout.",
       match=(r"^run\(\) needs a callable", r"^np must be a positive int", r"^collectives.run:", r"^rank …: …: …")),
+    # --- Slurm -------------------------------------------------------------------------------------
+    E("slurm-allocation", "A Slurm allocation's environment that cannot be used",
+      "collectivesrun reads the allocation from SLURM_JOB_ID, SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE; "
+      "they are incomplete, disagree, give no tasks, or collectivesrun itself runs in every task of an srun "
+      "step (`srun collectivesrun ...`) instead of once in the batch script.",
+      "Run `collectivesrun python train.py` once, in the sbatch script or salloc shell (not under srun); or "
+      "use plain `srun --mpi=pmi2 python train.py` without collectivesrun.",
+      match=(r"^Slurm allocation", r"is set but SLURM_JOB_NODELIST is not", r"tasks of an srun step"),
+      where=("collectives/launcher/host_sources.py:place",)),
+    E("slurm-nodelist", "A Slurm node list or task count that does not parse",
+      "A compressed node list (`node[01-04,07]`) or task count (`2(x3),1`) that Slurm's own rules reject.",
+      "Check SLURM_JOB_NODELIST / SLURM_TASKS_PER_NODE (`scontrol show hostnames $SLURM_JOB_NODELIST`).",
+      match=(r"^node list …:", r"^task counts …:")),
     # --- Ray ---------------------------------------------------------------------------------------
     E("ray-missing", "Ray is not installed",
       "collectives.ray needs Ray, an optional extra.",
