@@ -4,7 +4,8 @@ Flags keep horovodrun's spellings where it has them (``-np``/``--num-proc``, ``-
 ``-hostfile``/``--hostfile``, ``--fusion-threshold-mb``, ``--cycle-time-ms``,
 ``--cache-capacity``, ``--timeline-filename``, ``--timeline-mark-cycles``,
 ``--stall-check-warning-time-seconds``, ``--stall-check-shutdown-time-seconds``,
-``--no-stall-check``, ``--log-level``, ``--hierarchical-allreduce``, ``--hierarchical-allgather``,
+``--no-stall-check`` (and the hidden opposites ``--no-hierarchical-allreduce``, ``--no-hierarchical-allgather``,
+``--no-autotune``, ``--no-timeline-mark-cycles``, ``--stall-check``), ``--log-level``, ``--hierarchical-allreduce``, ``--hierarchical-allgather``,
 ``--autotune``, ``--autotune-log-file``, ``--autotune-warmup-samples``, ``--autotune-steps-per-sample``,
 ``--autotune-bayes-opt-max-samples``, ``--autotune-gaussian-process-noise``,
 ``--mpi-args``, ``-cb``/``--check-build``, ``--verbose``),
@@ -64,22 +65,26 @@ def parser():
     knobs.add_argument("--cycle-time-ms", type=float, metavar="MS", help="COLLECTIVES_CYCLE_TIME")
     knobs.add_argument("--cache-capacity", type=int, metavar="N", help="COLLECTIVES_CACHE_CAPACITY")
     knobs.add_argument("--timeline-filename", metavar="FILE", help="COLLECTIVES_TIMELINE (written by rank 0)")
-    knobs.add_argument("--timeline-mark-cycles", action="store_true", help="COLLECTIVES_TIMELINE_MARK_CYCLES=1")
+    _switch(knobs, "timeline-mark-cycles", "COLLECTIVES_TIMELINE_MARK_CYCLES=1")
     knobs.add_argument("--stall-check-time", "--stall-check-warning-time-seconds", dest="stall_check_s",
                        type=float, metavar="S", help="COLLECTIVES_STALL_CHECK_TIME_SECONDS")
     knobs.add_argument("--stall-shutdown-time", "--stall-check-shutdown-time-seconds", dest="stall_shutdown_s",
                        type=float, metavar="S", help="COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS")
-    knobs.add_argument("--no-stall-check", action="store_true", help="COLLECTIVES_STALL_CHECK_DISABLE=1")
+    stall = knobs.add_mutually_exclusive_group()
+    stall.add_argument("--no-stall-check", dest="no_stall_check", action="store_const", const=True,
+                       help="COLLECTIVES_STALL_CHECK_DISABLE=1")
+    stall.add_argument("--stall-check", dest="no_stall_check", action="store_const", const=False,
+                       help=argparse.SUPPRESS)  # horovodrun's hidden opposite: COLLECTIVES_STALL_CHECK_DISABLE=0
     knobs.add_argument("--log-level", type=str.lower, choices=config.LOG_LEVELS, help="COLLECTIVES_LOG_LEVEL")
-    knobs.add_argument("--hierarchical-allreduce", action="store_true",
-                       help="COLLECTIVES_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, across hosts, then "
-                            "within the host again")
-    knobs.add_argument("--hierarchical-allgather", action="store_true",
-                       help="COLLECTIVES_HIERARCHICAL_ALLGATHER=1: gather within each host, across hosts, then "
-                            "broadcast within the host")
-    knobs.add_argument("--autotune", action="store_true",
-                       help="COLLECTIVES_AUTOTUNE=1: tune the fusion threshold, cycle time and hierarchical "
-                            "algorithms during the first steps (knobs given explicitly stay fixed)")
+    _switch(knobs, "hierarchical-allreduce",
+            "COLLECTIVES_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, across hosts, then within the host "
+            "again (--no-hierarchical-allreduce: =0, which also keeps the autotuner from choosing it)")
+    _switch(knobs, "hierarchical-allgather",
+            "COLLECTIVES_HIERARCHICAL_ALLGATHER=1: gather within each host, across hosts, then broadcast within "
+            "the host (--no-hierarchical-allgather: =0)")
+    _switch(knobs, "autotune",
+            "COLLECTIVES_AUTOTUNE=1: tune the fusion threshold, cycle time and hierarchical algorithms during "
+            "the first steps (knobs given explicitly stay fixed)")
     knobs.add_argument("--autotune-log-file", metavar="FILE", help="COLLECTIVES_AUTOTUNE_LOG (CSV, rank 0)")
     knobs.add_argument("--autotune-warmup-samples", type=int, metavar="N", help="COLLECTIVES_AUTOTUNE_WARMUP_SAMPLES")
     knobs.add_argument("--autotune-steps-per-sample", type=int, metavar="N",
@@ -100,6 +105,15 @@ def parser():
 
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
     return p
+
+
+def _switch(group, name, help_text):
+    """horovodrun's on/off pair: ``--NAME`` sets the knob to 1, ``--no-NAME`` to 0 (given explicitly,
+    so the autotuner leaves it alone); neither leaves it unset (None)."""
+    pair = group.add_mutually_exclusive_group()
+    dest = name.replace("-", "_")
+    pair.add_argument(f"--{name}", dest=dest, action="store_const", const=True, help=help_text)
+    pair.add_argument(f"--no-{name}", dest=dest, action="store_const", const=False, help=argparse.SUPPRESS)
 
 
 class _GlooAction(argparse.Action):

@@ -34,7 +34,7 @@ import time
 import pytest
 
 from collectives.launcher import args as cli
-from collectives.launcher import elastic_driver, host_discovery, host_health
+from collectives.launcher import elastic_driver, host_discovery, host_health, host_sources
 from collectives.launcher.hosts import Host
 from elastic_job import ElasticJob, commit_dirs, discovery_script, leftovers, write_hosts
 from mpi_launch import worker_path
@@ -345,5 +345,6 @@ def test_bad_elastic_flags_are_one_line(argv, problem):
 
 def test_elastic_flags_make_np_optional_and_plain_jobs_keep_needing_it():
     assert cli.parse(["--host-discovery-script", "d.sh", "python", "x.py"]).np is None
-    with pytest.raises(SystemExit):
-        cli.parse(["python", "x.py"])
+    # A plain job's missing -np is an error where its hosts are placed (outside a Slurm allocation).
+    with pytest.raises(host_sources.PlacementError, match="-np N is required"):
+        host_sources.place(cli.parse(["python", "x.py"]), {})
