@@ -189,10 +189,10 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
                     continue
                 if isinstance(g, tf.IndexedSlices):
                     if not settings.sparse_as_dense:
+                        path = getattr(runtime.variables[slot.index], "path", "")
                         raise NotSupportedError(
-                            f"zero_stage={self._zero_stage}: variable {getattr(runtime.variables[slot.index], 'path', '')}"
-                            f" got a sparse gradient (tf.IndexedSlices); sharding needs dense ones: pass "
-                            f"sparse_as_dense=True")
+                            f"zero_stage={self._zero_stage}: variable {path} got a sparse gradient "
+                            f"(tf.IndexedSlices); sharding needs dense ones: pass sparse_as_dense=True")
                     g = tf.convert_to_tensor(g)
                 parts.append(tf.reshape(tf.cast(g, b.dtype), [-1]))
             if b.length > b.used():

@@ -10,14 +10,17 @@ the same weights. The model has a frozen layer, a variable that never gets a gra
 bfloat16 layer beside float32 ones (one bucket per dtype).
 
 Families:
-  equiv    SGD-momentum, Adam, AdamW x stage 1, 2 x model.fit and a custom tf.function loop.
+  equiv    SGD-momentum, Adam, AdamW x stage 1, 2 x model.fit (a tf.function) and an eager custom
+           loop (GradientTape, apply_gradients); equiv-fit: model.fit only.
   options  op=Sum, fp16 compression, gradient_predivide_factor, backward_passes_per_step=2
            (stage 1 and 2), global_clipnorm (over every shard), the tensorflow face's wrapper.
-  state    consolidate(to=0) equals the reference optimizer's state; load_full of a plain
+  state    consolidate(to=0) equals the reference optimizer's state (and a model saved with it
+           loads it in plain Keras); load_full of a plain
            optimizer's state then one step equals the reference's next step; each rank's slots
            count about 1/N of the unsharded optimizer's.
   mixed    mixed_float16 (LossScaleOptimizer) with fit; one rank's infinite gradient makes every
            rank skip the step and halve the loss scale.
+  sets     (np 3) a process set of ranks 0 and 1; rank 2 steps alone.
   errors   refused on every rank: Lamb/Adafactor, Lamb on one rank only, clipnorm, zero_stage=3,
            Adasum; models that differ between ranks -> TensorMismatchError on every rank.
 """
@@ -81,8 +84,7 @@ def train(model, opt, mode, x, y):
         return
     loss_fn = keras.losses.MeanSquaredError()
 
-    @tf.function
-    def step(xb, yb):
+    def step(xb, yb):  # eager (model.fit runs its steps in a tf.function): no tracing per case
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb))
         grads = tape.gradient(loss, model.trainable_variables)
@@ -100,12 +102,13 @@ def run(opt_name, mode, stage, opt_kw=None, wrap=hvd.DistributedOptimizer, steps
     return model, opt
 
 
-def assert_weights_match(model, reference, what):
+def assert_weights_match(model, reference, what, same_on_all_ranks=True):
     for v, r in zip(model.weights, reference.weights):
         a, b = np.asarray(v.value, np.float32), np.asarray(r.value, np.float32)
         tol = 2e-2 if v.dtype == "bfloat16" else 1e-5
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=f"{what}: {v.path}")
-    assert_same_on_all_ranks([np.asarray(v.value, np.float32) for v in model.weights], what)
+    if same_on_all_ranks:
+        assert_same_on_all_ranks([np.asarray(v.value, np.float32) for v in model.weights], what)
 
 
 def trainable_changed(model, what):
@@ -118,9 +121,9 @@ def trainable_changed(model, what):
 
 # ---------------------------------------------------------------- families
 
-def family_equiv():
+def family_equiv(modes=("fit", "loop")):
     for opt_name in OPTIMIZERS:
-        for mode in ("fit", "loop"):
+        for mode in modes:
             reference, _ = run(opt_name, mode, 0)
             for stage in (1, 2):
                 label = f"equiv {opt_name} {mode} stage {stage}"
@@ -185,7 +188,22 @@ def family_state():
             np.testing.assert_allclose(np.asarray(mine.value, np.float32), np.asarray(theirs.value, np.float32),
                                        rtol=tol, atol=1e-7, err_msg=mine.path)
         assert int(plain.iterations) == STEPS
-    chk.check("state consolidate(to=0) is the plain Adam's state", consolidated)
+        # model.save with the plain optimizer in place: plain Keras loads the whole state.
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"keras_zero_{os.getpid()}.keras")
+        model.optimizer = plain
+        try:
+            model.save(path)
+        finally:
+            model.optimizer = opt
+        try:
+            loaded = keras.models.load_model(path, custom_objects={"Net": Net})
+        finally:
+            os.remove(path)
+        assert type(loaded.optimizer) is keras.optimizers.Adam, type(loaded.optimizer)
+        for mine, theirs in zip(loaded.optimizer.variables, plain.variables):
+            np.testing.assert_array_equal(np.asarray(mine.value), np.asarray(theirs.value), err_msg=mine.path)
+    chk.check("state consolidate(to=0) is the plain Adam's state; model.save with it loads in plain Keras",
+              consolidated)
 
     def loaded():
         # A fresh sharded optimizer takes the reference's state; one more step on each side agrees.
@@ -248,6 +266,25 @@ def family_mixed():
         keras.mixed_precision.set_global_policy("float32")
 
 
+def family_sets():
+    """np 3: ranks 0 and 1 shard over a process set; rank 2, outside it, steps alone (as unsharded)."""
+    ps = hvd.add_process_set([0, 1])
+    try:
+        references = []
+        chk.check("sets reference", lambda: references.append(run("adam", "fit", 0, process_set=ps)[0]))
+
+        def sharded():
+            model, opt = run("adam", "fit", 2, process_set=ps)
+            assert_weights_match(model, references[0], "process set", same_on_all_ranks=False)
+            mine = np.asarray(model.a.kernel.value)
+            gathered = hvd.allgather_object(mine)
+            np.testing.assert_array_equal(gathered[0], gathered[1])
+            assert not np.array_equal(gathered[0], gathered[2]), "rank 2 is outside the set: its own steps"
+        chk.check("sets zero_stage=2 over ranks 0 and 1, rank 2 alone", sharded)
+    finally:
+        hvd.remove_process_set(ps)
+
+
 def family_errors():
     def refused(make, error, text, stage=2):
         raises(error, lambda: hvd.DistributedOptimizer(make(), zero_stage=stage), text)
@@ -278,7 +315,8 @@ def main():
     hvd.init()
     R, S = hvd.rank(), hvd.size()
     chk = Checker(R)
-    families = {"equiv": family_equiv, "options": family_options, "state": family_state, "mixed": family_mixed,
+    families = {"equiv": family_equiv, "equiv-fit": lambda: family_equiv(("fit",)), "options": family_options,
+                "state": family_state, "mixed": family_mixed, "sets": family_sets,
                 "errors": family_errors}
     for fam in sys.argv[1:]:
         families[fam]()
