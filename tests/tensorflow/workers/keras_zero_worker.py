@@ -15,14 +15,15 @@ Families:
   options  op=Sum, fp16 compression, gradient_predivide_factor, backward_passes_per_step=2
            (stage 1 and 2), global_clipnorm (over every shard), the tensorflow face's wrapper.
   state    consolidate(to=0) equals the reference optimizer's state (and a model saved with it
-           loads it in plain Keras); load_full of a plain
+           loads it in plain Keras); wrapping a stepped optimizer keeps its state; load_full of a plain
            optimizer's state then one step equals the reference's next step; each rank's slots
            count about 1/N of the unsharded optimizer's.
   mixed    mixed_float16 (LossScaleOptimizer) with fit; one rank's infinite gradient makes every
            rank skip the step and halve the loss scale.
   sets     (np 3) a process set of ranks 0 and 1; rank 2 steps alone.
   errors   refused on every rank: Lamb/Adafactor, Lamb on one rank only, clipnorm, zero_stage=3,
-           Adasum; models that differ between ranks -> TensorMismatchError on every rank.
+           Adasum, a tf.IndexedSlices gradient without sparse_as_dense (with it: the dense step);
+           models that differ between ranks -> TensorMismatchError on every rank.
 """
 import os
 import sys
@@ -139,15 +140,15 @@ def family_options():
     cases = [
         # (label, optimizer, DistributedOptimizer's and the model's arguments, the optimizer's, stages)
         ("op=Sum", "sgd", {"op": hvd.Sum}, {}, (2,)),
-        ("fp16 compression", "adam", {"compression": hvd.Compression.fp16}, {}, (1,)),
-        ("gradient_predivide_factor=2", "sgd", {"gradient_predivide_factor": 2.0}, {}, (2,)),
+        ("fp16 compression, gradient_predivide_factor=2", "adam",
+         {"compression": hvd.Compression.fp16, "gradient_predivide_factor": 2.0}, {}, (1,)),
         # float32 only: stage 2 adds reduced bfloat16 shards where the reference reduces bfloat16 sums
         # (different roundings, which the later steps carry into every weight).
         ("backward_passes_per_step=2 averaged", "adam", {"backward_passes_per_step": 2, "half": "float32",
                                                          "average_aggregated_gradients": True}, {}, (1, 2)),
-        ("backward_passes_per_step=2 summed", "sgd", {"backward_passes_per_step": 2, "half": "float32"}, {}, (1, 2)),
+        ("backward_passes_per_step=2 summed", "sgd", {"backward_passes_per_step": 2, "half": "float32"}, {}, (2,)),
         # Keras' own clip_by_global_norm (the unsharded reference) cannot mix bfloat16 and float32.
-        ("global_clipnorm", "adam", {"half": "float32"}, {"global_clipnorm": 0.05}, (1, 2)),
+        ("global_clipnorm", "adam", {"half": "float32"}, {"global_clipnorm": 0.05}, (2,)),
     ]
     for label, opt_name, kw, opt_kw, stages in cases:
         references = []
@@ -233,6 +234,18 @@ def family_state():
         assert unsharded <= total <= unsharded + S * padding, (total, unsharded)
     chk.check("state shard_state_numel about 1/N of the unsharded slots", memory)
 
+    def carried():
+        # Wrapping an optimizer that has stepped keeps its state (the same on every rank here).
+        model = make_model()
+        plain = keras.optimizers.Adam(0.01)
+        plain.apply([tf.ones(v.shape, v.dtype) for v in model.trainable_variables], model.trainable_variables)
+        sharded = hvd.DistributedOptimizer(plain, zero_stage=2)
+        back = sharded.consolidate(to=0)
+        if R == 0:
+            for mine, theirs in zip(back.variables, plain.variables):
+                np.testing.assert_array_equal(np.asarray(mine.value), np.asarray(theirs.value), err_msg=mine.path)
+    chk.check("state wrapping a stepped optimizer carries its state", carried)
+
 
 def family_mixed():
     keras.mixed_precision.set_global_policy("mixed_float16")
@@ -302,6 +315,27 @@ def family_errors():
                                                      "zero_stage must be 0", stage=3))
     chk.check("errors Adasum", lambda: raises(NotSupportedError, lambda: hvd.DistributedOptimizer(
         keras.optimizers.Adam(0.01), zero_stage=1, op=hvd.Adasum), "Adasum"))
+
+    def sparse():
+        keras.utils.set_random_seed(0)
+        embedding = keras.layers.Embedding(10, 4)
+        embedding.build((None,))
+
+        def grads():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(embedding(tf.constant([R % 10, 3])))
+            return tape.gradient(loss, embedding.trainable_variables)
+        assert isinstance(grads()[0], tf.IndexedSlices)
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.5), zero_stage=2)
+        raises(NotSupportedError, lambda: opt.apply(grads(), embedding.trainable_variables), "sparse_as_dense=True")
+        before = np.asarray(embedding.embeddings.value)
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.5), zero_stage=2, sparse_as_dense=True)
+        opt.apply(grads(), embedding.trainable_variables)
+        expected = before.copy()
+        for r in range(S):  # each rank's rows r % 10 and 3 got a gradient of ones, averaged over the ranks
+            expected[[r % 10, 3]] -= 0.5 / S
+        np.testing.assert_allclose(np.asarray(embedding.embeddings.value), expected, rtol=1e-6)
+    chk.check("errors sparse gradient without sparse_as_dense; with it, dense", sparse)
 
     def models_differ():
         model = make_model(hidden=9 if R == S - 1 else 8)
