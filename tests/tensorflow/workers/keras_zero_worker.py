@@ -18,8 +18,8 @@ Families:
            loads it in plain Keras); wrapping a stepped optimizer keeps its state; load_full of a plain
            optimizer's state then one step equals the reference's next step; each rank's slots
            count about 1/N of the unsharded optimizer's.
-  mixed    mixed_float16 (LossScaleOptimizer) with fit; one rank's infinite gradient makes every
-           rank skip the step and halve the loss scale.
+  mixed    mixed_float16 (LossScaleOptimizer) with fit, also with global_clipnorm; one rank's
+           infinite gradient makes every rank skip the step and halve the loss scale.
   sets     (np 3) a process set of ranks 0 and 1; rank 2 steps alone.
   errors   refused on every rank: Lamb/Adafactor, Lamb on one rank only, clipnorm, zero_stage=3,
            Adasum, a tf.IndexedSlices gradient without sparse_as_dense (with it: the dense step);
@@ -257,6 +257,13 @@ def family_mixed():
                 assert isinstance(opt, keras.optimizers.LossScaleOptimizer), type(opt)
                 assert_weights_match(model, reference, f"mixed_float16 stage {stage}")
             chk.check(f"mixed_float16 fit stage {stage}", check)
+
+        def clipped():  # global_clipnorm on the LossScaleOptimizer's inner optimizer, over every shard
+            clip = {"global_clipnorm": 0.05}
+            reference, _ = run("adam", "fit", 0, clip, half="float32")
+            model, _ = run("adam", "fit", 2, clip, half="float32")
+            assert_weights_match(model, reference, "mixed_float16 global_clipnorm")
+        chk.check("mixed_float16 global_clipnorm stage 2", clipped)
 
         def one_rank_infinite():
             model = make_model()
