@@ -84,7 +84,7 @@ def consolidate(optimizer, to=0):
     values = [tf.convert_to_tensor(slots[k].value) for k in keys]
     comm = _communicates(ps)
     if comm and values:
-        values = raw.grouped_allgather(values, name=f"DistributedOptimizer.{optimizer.name}.zero.consolidate",
+        values = raw.grouped_allgather(values, name=f"{optimizer._zero().name}.consolidate",
                                        process_set=ps)
     if comm and set_rank(ps) != to:
         return None

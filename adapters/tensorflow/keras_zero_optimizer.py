@@ -26,6 +26,8 @@ either way. With ``backward_passes_per_step > 1``, stage 1 accumulates whole gra
 reducescatters once per update; stage 2 reducescatters every pass and accumulates only this
 rank's shard (1/N of the accumulator memory, N times the reducescatters).
 """
+import zlib
+
 import tensorflow as tf
 
 from collectives.constants import Average, Min, Sum
@@ -58,11 +60,19 @@ class _Runtime:
         self.shards = None        # one keras.Variable per bucket: this rank's slice
         self.accumulators = None  # backward_passes_per_step > 1: per variable (stage 1) or per shard (stage 2)
         self.counter = None
+        self.name = None          # the start of the engine names (_prefix)
+
+
+def _base_name(settings, stage):
+    """The start of every engine name of a sharded optimizer. Not the optimizer's own name: Keras
+    numbers those per process ("adam", "adam_1"), which can differ between ranks."""
+    return f"{settings.prefix or 'DistributedOptimizer'}.zero{stage}"
 
 
 def _prefix(optimizer):
-    settings = optimizer._collectives_settings
-    return f"{settings.prefix or f'DistributedOptimizer.{optimizer.name}'}.zero{optimizer._zero_stage}"
+    """Engine names of this optimizer's collectives: the layout's digest keeps two sharded
+    optimizers of different models apart."""
+    return optimizer._zero().name
 
 
 def _clip_by_global_norm(grads, clip_norm, process_set, name):
@@ -88,7 +98,7 @@ class _ShardClipping:
     def _clip_gradients(self, grads):
         if self.global_clipnorm and self.global_clipnorm > 0 and not self.clipnorm:
             settings = self._collectives_settings
-            name = f"{settings.prefix or f'DistributedOptimizer.{self.name}'}.zero{self._zero_stage}.global_norm"
+            name = f"{_base_name(settings, self._zero_stage)}.global_norm"
             return _clip_by_global_norm(grads, self.global_clipnorm, settings.process_set, name)
         return super()._clip_gradients(grads)
 
@@ -128,8 +138,7 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
             problem = e
         if comm:
             with tf.init_scope():
-                agree(problem, sig, ps, self._zero_stage,
-                      name=f"{settings.prefix or 'DistributedOptimizer'}.zero{self._zero_stage}.layout")
+                agree(problem, sig, ps, self._zero_stage, name=f"{_base_name(settings, self._zero_stage)}.layout")
         elif problem is not None:
             raise problem
         with tf.init_scope():  # plain variables, created eagerly even when build runs in a tf.function
@@ -141,6 +150,7 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
                                                     name="collectives_accumulator") for v in like]
                 runtime.counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="collectives_passes")
         runtime.variables, runtime.buckets, runtime.shards = variables, buckets, shards
+        runtime.name = f"{_base_name(settings, self._zero_stage)}.{zlib.crc32(repr(sig).encode()):08x}"
         runtime.positions = {id(v): i for i, v in enumerate(variables)}
         super().build(shards)
 
@@ -326,8 +336,7 @@ def wrap(optimizer, settings, stage, serialize_as):
         optimizer = loss_scale(optimizer)
     problem = _refusal(optimizer, stage, settings)
     if _communicates(settings.process_set):
-        agree(problem, None, settings.process_set, stage,
-              name=f"{settings.prefix or 'DistributedOptimizer'}.zero{stage}.refusals")
+        agree(problem, None, settings.process_set, stage, name=f"{_base_name(settings, stage)}.refusals")
     elif problem is not None:
         raise problem
     attrs = {"_collectives_settings": settings, "_zero_stage": stage}
