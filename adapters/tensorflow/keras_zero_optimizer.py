@@ -302,6 +302,11 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
 
     # -- memory and checkpoints (keras_zero_checkpoint.py)
 
+    def sharded_variables(self):
+        """This rank's slices of the per-variable state (the rest, such as ``iterations``, every
+        rank holds alike): what BroadcastGlobalVariablesCallback and elastic sync leave alone."""
+        return list(keras_zero_checkpoint.split_variables(self)[0].values()) if self._zero().shards else []
+
     def shard_state_numel(self):
         """Elements of this rank's per-variable optimizer state (slots of the shards)."""
         return keras_zero_checkpoint.shard_state_numel(self)

@@ -15,7 +15,8 @@ Families:
   options  op=Sum, fp16 compression, gradient_predivide_factor, backward_passes_per_step=2
            (stage 1 and 2), global_clipnorm (over every shard), the tensorflow face's wrapper.
   state    consolidate(to=0) equals the reference optimizer's state (and a model saved with it
-           loads it in plain Keras); wrapping a stepped optimizer keeps its state; load_full of a plain
+           loads it in plain Keras); BroadcastGlobalVariablesCallback on resuming leaves each rank's
+           shard state; wrapping a stepped optimizer keeps its state; load_full of a plain
            optimizer's state then one step equals the reference's next step; each rank's slots
            count about 1/N of the unsharded optimizer's.
   mixed    mixed_float16 (LossScaleOptimizer) with fit, also with global_clipnorm; one rank's
@@ -206,6 +207,16 @@ def family_state():
     chk.check("state consolidate(to=0) is the plain Adam's state; model.save with it loads in plain Keras",
               consolidated)
 
+    def broadcast_callback():
+        # Resuming fit with BroadcastGlobalVariablesCallback: the model's variables and the
+        # replicated optimizer variables come from rank 0; each rank keeps its own shard's slots.
+        x, y = my_data(1, seed=7)
+        for m in (reference, model):
+            m.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        assert_weights_match(model, reference, "after BroadcastGlobalVariablesCallback")
+    chk.check("state BroadcastGlobalVariablesCallback leaves each rank's shard state", broadcast_callback)
+
     def loaded():
         # A fresh sharded optimizer takes the reference's state; one more step on each side agrees.
         x, y = my_data(1, seed=5)
@@ -214,7 +225,7 @@ def family_state():
         sharded = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), zero_stage=1)
         sharded.build(fresh.trainable_variables)
         sharded.load_full(ref_opt)
-        assert int(sharded.iterations) == STEPS
+        assert int(sharded.iterations) == int(ref_opt.iterations) > 0
         train(fresh, sharded, "loop", x, y)
         train(reference, ref_opt, "loop", x, y)
         assert_weights_match(fresh, reference, "loaded state")
