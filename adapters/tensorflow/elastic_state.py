@@ -13,7 +13,7 @@ import tensorflow as tf
 from collectives.basics import rank
 from collectives.elastic.state import ObjectState
 
-from .keras_flavors import flavor_of
+from .keras_flavors import flavor_of, replicated_only
 from .mpi_ops import broadcast_object, broadcast_variables
 
 
@@ -64,7 +64,8 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         broadcast_variables(self.model.variables, root_rank=0)
         if self.optimizer is not None:
-            broadcast_variables(_optimizer_variables(self.optimizer), root_rank=0)
+            # A sharded optimizer's slices of the state stay each rank's own (keras_zero_optimizer.py).
+            broadcast_variables(replicated_only(self.optimizer, _optimizer_variables(self.optimizer)), root_rank=0)
         self._save_model()
         super().sync()
 

@@ -73,7 +73,7 @@ class BroadcastGlobalVariablesCallback(_CollectivesCallback):
         flavor = flavor_of(optimizer)
         if flavor is None or not flavor.optimizer_built(optimizer):
             return None
-        return flavor.optimizer_variables(optimizer)
+        return flavor.replicated_optimizer_variables(optimizer)  # not a sharded optimizer's own slices
 
     def _broadcast(self, variables):
         broadcast_variables(self._shared(variables), root_rank=self.root_rank)

@@ -64,6 +64,21 @@ class KerasFlavor:
         variables = optimizer.variables
         return list(variables() if callable(variables) else variables)
 
+    def replicated_optimizer_variables(self, optimizer):
+        """The optimizer's variables that every rank holds alike, which a broadcast may overwrite:
+        all of them, except a sharded optimizer's slices of the state (each rank holds its own:
+        keras_zero_optimizer.py)."""
+        return replicated_only(optimizer, self.optimizer_variables(optimizer))
+
+
+def replicated_only(optimizer, variables):
+    """``variables`` without those ``optimizer.sharded_variables()`` names (when it has that method)."""
+    sharded = getattr(optimizer, "sharded_variables", None)
+    if sharded is None:
+        return list(variables)
+    own = {id(v) for v in sharded()}
+    return [v for v in variables if id(v) not in own]
+
 
 class Keras3(KerasFlavor):
     name = "Keras 3"

@@ -30,8 +30,9 @@ import warnings
 import tensorflow as tf
 
 from collectives.constants import Adasum, Average
+from collectives.errors import NotSupportedError
 
-from . import keras2_optimizer
+from . import keras2_optimizer, keras_zero_optimizer
 from .compression import Compression
 from .gradient_reducer import GradientReducer, check_groups
 from .keras_flavors import FLAVORS, CollectivesOptimizer, Keras2, Keras3, flavor_of
@@ -167,7 +168,7 @@ def _serialize_as(base, cls):
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=global_process_set, scale_local_gradients=True):
+                         process_set=global_process_set, scale_local_gradients=True, zero_stage=0):
     """Wrap a Keras optimizer so that gradients are combined over all ranks before each update:
     a Keras 3 one (here) or a Keras 2 one, ``tf_keras.optimizers.*`` or ``.legacy.*``
     (keras2_optimizer.py), as the optimizer's class says.
@@ -187,6 +188,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     LossScaleOptimizer (what ``compile`` would do), so the reduction happens before the
     loss-scale optimizer checks the gradients for overflow: every rank then sees the same
     reduced gradients and takes the same branch.
+
+    ``zero_stage=1`` or ``2`` (Keras 3) shards the optimizer state over the ranks of the process set
+    (keras_zero_optimizer.py, docs/zero.md); construction is then collective.
     """
     del device_dense, device_sparse  # accepted for Horovod compatibility
     flavor = flavor_of(optimizer)
@@ -195,6 +199,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise ValueError(f"DistributedOptimizer wraps a Keras optimizer ({kinds}), not a {type(optimizer).__name__}")
     if isinstance(optimizer, CollectivesOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
+    if zero_stage != 0 or isinstance(zero_stage, bool):
+        return _zero(optimizer, flavor, zero_stage, name, compression, op, gradient_predivide_factor, num_groups,
+                     groups, sparse_as_dense, process_set, backward_passes_per_step, average_aggregated_gradients)
     if op == Adasum:
         raise ValueError("op == Adasum is not supported yet with Keras")
     if gradient_predivide_factor != 1.0 and op != Average:
@@ -212,6 +219,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          process_set, int(backward_passes_per_step), bool(average_aggregated_gradients),
                          bool(scale_local_gradients))
     return _WRAPPERS[type(flavor)](optimizer, settings)
+
+
+def _zero(optimizer, flavor, stage, name, compression, op, gradient_predivide_factor, num_groups, groups,
+          sparse_as_dense, process_set, backward_passes_per_step, average_aggregated_gradients):
+    """The sharded wrapper (keras_zero_optimizer.py); its checks raise on every rank of the set."""
+    if not isinstance(flavor, Keras3):
+        raise NotSupportedError(f"zero_stage={stage} is supported for Keras 3 optimizers only, not for "
+                                f"{flavor.name}'s {type(optimizer).__name__}")
+    core_kwargs(process_set)
+    if num_groups and groups is None:
+        groups = num_groups
+    settings = _Settings(name, compression, op, float(gradient_predivide_factor), groups, sparse_as_dense,
+                         process_set, int(backward_passes_per_step), bool(average_aggregated_gradients))
+    return keras_zero_optimizer.wrap(optimizer, settings, stage, _serialize_as)
 
 
 def _wrap_keras3(optimizer, settings):
@@ -250,14 +271,15 @@ def tensorflow_distributed_optimizer(optimizer, name=None, use_locking=False, de
                                      compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                                      op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                                      num_groups=0, groups=None, process_set=global_process_set,
-                                     scale_local_gradients=True):
+                                     scale_local_gradients=True, zero_stage=0):
     """``horovod.tensorflow.DistributedOptimizer``'s signature (TF2: Keras optimizers only; the
     TF1 ``tf.compat.v1.train.Optimizer`` is not supported). ``use_locking`` is ignored."""
     return DistributedOptimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                                 gradient_predivide_factor=gradient_predivide_factor, op=op,
                                 backward_passes_per_step=backward_passes_per_step,
                                 average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-                                groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
+                                groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients,
+                                zero_stage=zero_stage)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",

@@ -34,6 +34,7 @@ from collectives import objects
 from collectives.constants import Average, Max, Sum
 from collectives.errors import NotSupportedError
 from collectives.process_set_registry import process_set_id, set_rank, set_size
+from collectives.zero_agreement import agree
 
 from . import ops as raw
 from . import zero_checkpoint
@@ -42,7 +43,7 @@ from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks, synchronize_before_step
 from .tensors import wait
 from .zero_buckets import build_buckets, signature
-from .zero_checks import agree, check_arguments
+from .zero_checks import check_arguments
 
 __all__ = ["zero_optimizer"]
 
