@@ -22,11 +22,12 @@ def venv_of_this_python():
     return os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
 
 
-def run_mpi_worker(venv, np, script, args, timeout, env=None):
+def run_mpi_worker(venv, np, script, args, timeout, env=None, mpirun=None):
     """Runs ``venv/bin/mpirun -np NP venv/bin/python script args... --json FILE`` and returns the
-    JSON the worker wrote (rank 0). Raises RuntimeError, with the worker's output, on failure."""
-    python = os.path.join(venv, "bin", "python")
-    mpirun = os.path.join(venv, "bin", "mpirun")
+    JSON the worker wrote (rank 0). Raises RuntimeError, with the worker's output, on failure.
+    ``mpirun``: another MPI launcher (a GPU machine's, where the Python is no virtual environment)."""
+    python = os.path.join(venv, "bin", "python") if mpirun is None else sys.executable
+    mpirun = mpirun or os.path.join(venv, "bin", "mpirun")
     for path in (python, mpirun):
         if not os.access(path, os.X_OK):
             raise RuntimeError(f"no executable {path}: is {venv} a virtual environment with MPICH?")

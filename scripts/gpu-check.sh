@@ -2,7 +2,7 @@
 # GPU check of collectives, in stages that each fit one command of at most 10 minutes on a
 # GPU machine that has a CUDA build of PyTorch (and CuPy) but nothing of ours and no network:
 #
-#   bash scripts/gpu-check.sh [--report DIR] STAGE...     STAGE: setup, tests, bench, extra, all
+#   bash scripts/gpu-check.sh [--report DIR] STAGE...     STAGE: setup, tests, bench, extra, zero, all
 #     setup  machine facts; the Python packages the build and tests need (the machine's own,
 #            else carried wheels); MPICH and mpi4py from carried wheels, checked to be one MPI;
 #            the engine built; whether two ranks can share one GPU. Done once per machine:
@@ -13,6 +13,9 @@
 #            fused gradients again with COLLECTIVES_GPU_FUSION_WAIT=0.
 #     extra  the GPU tests at one rank, fusion without the batched copy kernel, the host
 #            collectives tests.
+#     zero   benchmarks/zero_bench.py --device cuda at 1 and 2 ranks: DistributedOptimizer(zero_stage=
+#            0/1/2) memory per rank (optimizer state, gradients held, peak GPU memory) and step
+#            time against DDP + torch's ZeroRedundancyOptimizer over NCCL; the table in the report.
 #     holds  the fused gradients and the training step (with the NCCL calls each took) for each
 #            COLLECTIVES_GPU_FUSION_WAIT_MS in GPU_CHECK_HOLDS (default "1 5 20 100"; a value
 #            may repeat, for interleaved rounds), each in a launch of its own.
@@ -379,12 +382,38 @@ stage_holds() {
   done
 }
 
+# Sharded optimizer state (docs/zero.md): memory and step time over NCCL, one table.
+stage_zero() {
+  LOG_STAGE=bench
+  : >"$STATE/part-zero.md"
+  if [ "$(get gpus)" -lt 1 ] 2>/dev/null; then
+    part zero "- not run: no GPU"
+    return
+  fi
+  local seconds vars=()
+  seconds=$(limit 360 10)
+  if [ "$seconds" -lt 90 ]; then
+    part zero "- not run (the command's time budget is spent)"
+    return
+  fi
+  [ "$(get shared)" = 1 ] && vars+=(COLLECTIVES_TEST_SHARED_GPU=1)
+  local t0=$SECONDS rc
+  env ${vars[@]+"${vars[@]}"} timeout "$seconds" "$PY" benchmarks/zero_bench.py --device cuda --ranks 1 2 \
+    --mpirun "$(get mpirun)" --timeout $(((seconds - 10) / 7)) >"$STATE/zero.log" 2>&1
+  rc=$?
+  if [ $rc = 0 ]; then
+    part zero "$(grep -v '^# plot' "$STATE/zero.log")"
+  else
+    part zero "- zero_bench.py: FAILED (rc $rc, zero.log) [$((SECONDS - t0)) s]"
+  fi
+}
+
 # ---------------------------------------------------------------- main
 
 for stage in "${STAGES[@]}"; do
   case $stage in
-    setup | tests | bench | extra | holds) ;;
-    *) echo "gpu-check: unknown stage '$stage' (setup, tests, bench, extra, holds, all)" >&2; exit 2 ;;
+    setup | tests | bench | extra | holds | zero) ;;
+    *) echo "gpu-check: unknown stage '$stage' (setup, tests, bench, extra, holds, zero, all)" >&2; exit 2 ;;
   esac
 done
 rc=0

@@ -136,6 +136,9 @@ def main():
                         out += [f"- {name} unreadable: {e}", ""]
             out += nowait_lines(state_dir)
             out += [f"Targets: {TARGETS}.", ""]
+    zero_part = read(os.path.join(state_dir, "part-zero.md"))
+    if zero_part:
+        out += ["## Sharded optimizer state (benchmarks/zero_bench.py)", "", zero_part, ""]
     runs = hold_runs(state_dir)
     holds_part = read(os.path.join(state_dir, "part-holds.md"))
     if holds_part:

@@ -17,6 +17,7 @@ from collectives.elastic.state import ObjectState
 from .broadcasts import broadcast_optimizer_state, broadcast_parameters
 from .elastic_sampler import ElasticSampler
 from .mpi_ops import allgather_object, broadcast_object
+from .zero_optimizer import _ZeroOptimizer
 
 
 _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16, torch.int32,
@@ -110,6 +111,34 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
+class ShardedOptimizerStateHandler(StateHandler):
+    """A ``zero_stage`` optimizer: each rank commits in memory only its own slices of the state
+    (``sharded_state_dict()``, 1/N of it). A commit file must restart the job from any one rank's
+    file at any size, so it holds every rank's slices: gathered (one allgather) when the commit is
+    handed to the writer, and loaded at the new size by ``load_sharded_state_dict``, which
+    redistributes the slices over the new ranks."""
+
+    def save(self):
+        self.saved = self.value.sharded_state_dict()
+
+    def restore(self):
+        self.value.load_own_sharded_state_dict(self.saved)
+
+    def sync(self):
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+    def portable(self):
+        everyone = self.value.gather_sharded_state_dicts(self.saved)
+        return {"zero_shards": [_to_portable(s) for s in everyone]}
+
+    def load_portable(self, obj):
+        if isinstance(obj, dict) and "zero_shards" in obj:
+            self.value.load_sharded_state_dict([_from_portable(s) for s in obj["zero_shards"]])
+        else:  # committed by an unsharded optimizer (the same model): its whole state dict
+            self.value.load_state_dict(_from_portable(obj))
+        self.save()
+
+
 class SamplerStateHandler(StateHandler):
     def sync(self):
         # Samples recorded on any rank count as processed; epoch and all come from rank 0.
@@ -124,6 +153,7 @@ class SamplerStateHandler(StateHandler):
 
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
+    (_ZeroOptimizer, ShardedOptimizerStateHandler),  # before its base class, torch's Optimizer
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ]

@@ -113,6 +113,18 @@ def _elementwise_keys(state, params):
     return {key for key, ok in keys.items() if ok}
 
 
+def _load_inner(opt, inner_state):
+    """The shards' state ({inner position: state}) into the inner optimizer, with the outer
+    groups' hyperparameters."""
+    opt._sync_hyperparameters()
+    inner_groups = []
+    for group in opt._inner.param_groups:
+        entry = {k: v for k, v in group.items() if k != "params"}
+        entry["params"] = [opt._inner_index[opt._shard_bucket[id(s)]] for s in group["params"]]
+        inner_groups.append(entry)
+    opt._inner.load_state_dict({"state": inner_state, "param_groups": inner_groups})
+
+
 def load_full(opt, state_dict):
     """Load an unwrapped optimizer's state dict: hyperparameters into the param groups, this
     rank's slices of the state into the shards."""
@@ -152,13 +164,7 @@ def load_full(opt, state_dict):
                 if key in elementwise:
                     shard_state[key][dst:dst + n].copy_(value.detach().reshape(-1)[src:src + n])
         inner_state[opt._inner_index[b]] = shard_state
-    opt._sync_hyperparameters()
-    inner_groups = []
-    for group in opt._inner.param_groups:
-        entry = {k: v for k, v in group.items() if k != "params"}
-        entry["params"] = [opt._inner_index[opt._shard_bucket[id(s)]] for s in group["params"]]
-        inner_groups.append(entry)
-    opt._inner.load_state_dict({"state": inner_state, "param_groups": inner_groups})
+    _load_inner(opt, inner_state)
 
 
 def sharded(opt):
@@ -175,6 +181,20 @@ def sharded(opt):
                    for k, v in opt._inner.state.get(shard, {}).items()} for shard in opt._shards],
         "param_groups": copy.deepcopy(_packed_groups(opt)),
     }
+
+
+def load_own(opt, saved):
+    """Load this rank's own ``sharded()`` back (the same layout: an elastic in-memory restore)."""
+    if saved.get("format") != FORMAT or saved["ranks"] != opt._ranks or saved["rank"] != opt._rank:
+        load_full(opt, full_from_shards([saved]))  # raises: not a complete set on its own
+    inner_state = {opt._inner_index[b]: {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+                                         for k, v in st.items()}
+                   for b, st in enumerate(saved["state"]) if st}
+    for group, packed in zip(opt.param_groups, saved["param_groups"]):
+        for key, value in packed.items():
+            if key not in ("params", "param_names"):
+                group[key] = copy.deepcopy(value)
+    _load_inner(opt, inner_state)
 
 
 def shard_file(directory, rank, ranks):

@@ -37,7 +37,7 @@ from collectives.process_set_registry import process_set_id, set_rank, set_size
 from collectives.zero_agreement import agree
 
 from . import ops as raw
-from . import zero_checkpoint
+from . import zero_amp, zero_checkpoint
 from .adasum_optimizer import _parameter_names
 from .compression import Compression
 from .grad_hooks import register_grad_ready_hooks, remove_hooks, synchronize_before_step
@@ -51,11 +51,9 @@ __all__ = ["zero_optimizer"]
 class _ZeroOptimizer:
     """Mixin placed before the wrapped optimizer's class in a dynamic subclass."""
 
-    # torch.amp.GradScaler then hands step() its scale and found-inf flag (the attributes
-    # grad_scale and found_inf) instead of unscaling p.grad and skipping step() itself. Sharded
-    # gradients cannot use them yet: the flag comes from the local, unreduced p.grad (None at
-    # stage 2), so ranks could disagree, and the shards would step still scaled. step() refuses
-    # instead, on every rank alike (every rank runs the same scaler code).
+    # torch.amp.GradScaler then checks nothing itself and passes itself to step() (its
+    # grad_scaler keyword), which unscales and checks the reduced shards and agrees on skipping
+    # over the ranks (zero_amp.py).
     _step_supports_amp_scaling = True
 
     # -- setup
@@ -253,17 +251,26 @@ class _ZeroOptimizer:
             for slot in bucket.slots:
                 slot.param.copy_(full[slot.offset:slot.offset + slot.numel].view(slot.param.shape))
 
-    def step(self, closure=None):
+    def step(self, closure=None, grad_scaler=None):
+        """``grad_scaler``: passed by ``torch.amp.GradScaler.step(optimizer)`` (zero_amp.py); the
+        reduced shards are unscaled, and the step is skipped on every rank if any has inf/NaN."""
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
-            raise NotSupportedError(f"zero_stage={self.zero_stage}: torch.amp.GradScaler is not supported with a "
-                                    "sharded optimizer yet (its inf check reads the local, unreduced p.grad); use "
-                                    "bfloat16 autocast without a scaler, or zero_stage=0")
+            raise NotSupportedError(f"zero_stage={self.zero_stage}: this GradScaler hands the optimizer a found_inf "
+                                    "flag from the local, unreduced p.grad instead of passing itself (grad_scaler=); "
+                                    "the sharded optimizer needs the latter (torch 2.13's protocol)")
+        if grad_scaler is not None:
+            zero_amp.refuse_unscaled(self, grad_scaler)
         loss = None
         if closure is not None:  # its backward's gradients are the ones this step reduces
             with torch.enable_grad():
                 loss = closure()
         synchronize_before_step(self)
         self._consolidated = None
+        if grad_scaler is not None and zero_amp.unscale_shards(self, grad_scaler):
+            for shard in self._shards:  # inf/NaN on some rank: no rank steps
+                shard.grad = None
+            self._synchronized = False
+            return loss
         self._sync_hyperparameters()
         self._read_shards()
         self._inner.step()
@@ -335,6 +342,17 @@ class _ZeroOptimizer:
         path = zero_checkpoint.shard_file(directory, self._rank, self._ranks)
         torch.save(self.sharded_state_dict(), path)
         return path
+
+    def load_own_sharded_state_dict(self, saved):
+        """Load this rank's own ``sharded_state_dict()`` back (same ranks; not collective)."""
+        zero_checkpoint.load_own(self, saved)
+
+    def gather_sharded_state_dicts(self, mine=None):
+        """Collective: every rank's ``sharded_state_dict()`` (or ``mine``), in rank order, on every rank."""
+        mine = self.sharded_state_dict() if mine is None else mine
+        if not self._communicates:
+            return [mine]
+        return objects.allgather_object(mine, name="zero_optimizer.gather_shards", process_set=self.process_set)
 
     def load_sharded_state_dict(self, shards):
         """Load every rank's sharded state dicts (a list, or the directory ``save_sharded_state_dict``

@@ -34,7 +34,7 @@ TIMEOUT = int(os.environ.get("COLLECTIVES_GPU_TEST_TIMEOUT") or 600)
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no CUDA GPU (torch.cuda.is_available() is False)")
 
 # Cases per family on a GPU with two ranks or more.
-FAMILIES = {"ops": 97, "autograd": 5, "cupy": 3, "streams": 3, "fusion": 2, "optimizer": 10, "errors": 2}
+FAMILIES = {"ops": 97, "autograd": 5, "cupy": 3, "streams": 3, "fusion": 2, "optimizer": 10, "zero": 6, "errors": 2}
 
 
 def expected_cases(family, on_gpu, np):
@@ -73,7 +73,7 @@ def test_gpu(family):
     assert_family_counts(run, NP, [family], on_gpu=True)
 
 
-CPU_FAMILIES = ["ops", "autograd", "fusion", "optimizer", "errors"]
+CPU_FAMILIES = ["ops", "autograd", "fusion", "optimizer", "zero", "errors"]
 
 
 def test_gpu_checks_hold_on_cpu():

@@ -18,9 +18,16 @@ def test_torch_zero(tmp_path):
     directory = str(tmp_path / "ckpt")
     run = run_workers(2, "torch_zero_worker.py", "equiv", "more", "clip", "ckpt", "errors", f"save:{directory}",
                       timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 2, min_cases=35)
+    assert_all_ranks_passed(run, 2, min_cases=33)
     run = run_workers(3, "torch_zero_worker.py", "equiv", "more", "ckpt", "errors", "sets", f"load:{directory}",
                       timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 3, min_cases=31)
+    assert_all_ranks_passed(run, 3, min_cases=29)
     run = run_workers(1, "torch_zero_worker.py", f"load:{directory}", "ckpt", timeout=TIMEOUT, env=ENV)
     assert_all_ranks_passed(run, 1, min_cases=6)
+
+
+def test_torch_zero_grad_scaler():
+    # np 2 bitwise against the unsharded optimizer; np 3 uneven buckets, three summands
+    for np in (2, 3):
+        run = run_workers(np, "torch_zero_amp_worker.py", timeout=TIMEOUT, env=ENV)
+        assert_all_ranks_passed(run, np, min_cases=8)

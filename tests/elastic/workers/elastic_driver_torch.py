@@ -10,9 +10,10 @@ commit divide evenly over 2 or 3 ranks, so the sampler never pads.
 Each rank prints ``RESULT {json}`` at the end: its weights, and the sample counts. Progress lines
 (``[gen G rank R/S] ...``) go to stderr.
 
---die-rank R --die-generation G --die-step S: rank R SIGKILLs itself at its S-th step (counted
-from the start of generation G) in generation G. --step-sleep: seconds per step (time for the
-test to change the hosts).
+--die-rank R --die-generation G [G ...] --die-step S: rank R SIGKILLs itself at its S-th step
+(counted from the start of generation G) in each generation G. --step-sleep: seconds per step
+(time for the test to change the hosts). --zero-stage Z: DistributedOptimizer(zero_stage=Z), the
+optimizer state sharded over the ranks (tests/elastic/test_elastic_zero.py).
 """
 import argparse
 import json
@@ -40,10 +41,11 @@ def log(text):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--die-rank", type=int, default=-1)
-    p.add_argument("--die-generation", type=int, default=0)
+    p.add_argument("--die-generation", type=int, nargs="+", default=[0])
     p.add_argument("--die-step", type=int, default=-1)
     p.add_argument("--step-sleep", type=float, default=0.05)
     p.add_argument("--epochs", type=int, default=EPOCHS)
+    p.add_argument("--zero-stage", type=int, default=0)
     a = p.parse_args()
     generation = int(os.environ.get("COLLECTIVES_ELASTIC_GENERATION", "0"))
 
@@ -58,7 +60,7 @@ def main():
 
     model = torch.nn.Linear(FEATURES, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.5)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), zero_stage=a.zero_stage)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler)
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0, batch=0,
@@ -77,7 +79,7 @@ def main():
         steps_here = 0
         for state.epoch in range(state.epoch, a.epochs):
             for state.batch, (xb, yb, ib) in enumerate(loader):
-                if generation == a.die_generation and hvd.rank() == a.die_rank and steps_here == a.die_step:
+                if generation in a.die_generation and hvd.rank() == a.die_rank and steps_here == a.die_step:
                     log("killing myself with SIGKILL")
                     os.kill(os.getpid(), signal.SIGKILL)
                 optimizer.zero_grad()

@@ -2,7 +2,11 @@
 with GPU_TEST_DEVICE=cpu). N ranks on N slices of a batch must reach the parameters of one
 process on the whole batch (SGD-momentum, Adam, groups, backward_passes_per_step, predivide,
 fp16/bf16 compression, half-precision parameters); broadcast_parameters and
-broadcast_optimizer_state must leave every rank with rank 0's state, on the device."""
+broadcast_optimizer_state must leave every rank with rank 0's state, on the device.
+
+family_zero: the same with zero_stage=1 and 2 (reducescatter and allgather through NCCL on a
+GPU): the parameters of one process, the shards and their state on the device, and a GradScaler
+(on the device's type) whose skip is agreed over the ranks."""
 import numpy as np
 import torch
 
@@ -85,3 +89,40 @@ def family_optimizer(chk, dev, rank, size):
                     g = hvd.allgather(value.reshape(1, -1).float())
                     assert torch.equal(g, g[:1].expand_as(g)), key
     chk.check("broadcast_parameters and broadcast_optimizer_state (CUDA state)", broadcasts)
+
+
+def family_zero(chk, dev, rank, size):
+    def train(*args, **kwargs):
+        return lambda: _train(dev, rank, size, *args, **kwargs)
+
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
+    for stage in (1, 2):
+        chk.check(f"zero_stage={stage} SGD-momentum, float64", train(sgd, torch.float64, distributed={"zero_stage": stage}))
+        chk.check(f"zero_stage={stage} Adam, float64", train(adam, torch.float64, distributed={"zero_stage": stage}))
+    chk.check("zero_stage=2 fp16 compression",
+              train(sgd, torch.float32, tol=2e-3, distributed={"zero_stage": 2, "compression": hvd.Compression.fp16}))
+
+    def shards_and_scaler():
+        torch.manual_seed(0)
+        model = Net().to(dev)
+        opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), zero_stage=2)
+        scaler = torch.amp.GradScaler(dev.type, init_scale=256.0)
+        for step in range(2):
+            opt.zero_grad()
+            loss = model(torch.randn(4, 12, device=dev)).pow(2).mean()
+            if step == 1 and rank == size - 1:
+                loss = loss * float("inf")  # this rank alone: every rank must skip
+            before = [p.detach().clone() for p in model.parameters()]
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            moved = not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+            assert moved == (step == 0), (step, moved)
+        assert scaler.get_scale() == 128.0, scaler.get_scale()
+        for shard in opt._shards:
+            assert shard.device.type == dev.type
+            for value in opt._inner.state[shard].values():
+                if isinstance(value, torch.Tensor) and value.dim():
+                    assert value.device.type == dev.type and value.numel() == shard.numel()
+    chk.check("zero_stage=2: shards and state on the device, GradScaler skip agreed", shards_and_scaler)

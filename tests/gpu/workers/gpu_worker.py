@@ -18,6 +18,9 @@ Families:
              of one process on the whole batch (SGD-momentum, Adam, groups,
              backward_passes_per_step, fp16/bf16 compression), broadcast_parameters and
              broadcast_optimizer_state with CUDA state (gpu_optimizer_checks.py).
+  zero       DistributedOptimizer(zero_stage=1/2) on CUDA: the same against one process, with the
+             reducescatters and allgathers through NCCL, a GradScaler skip agreed over the ranks
+             (gpu_optimizer_checks.py).
   errors     ranks that disagree on GPU vs CPU get a TensorMismatchError.
 
 GPU_TEST_DEVICE=cpu runs the same checks on CPU tensors (the suite does this on machines
@@ -391,6 +394,10 @@ def family_fusion(chk):
 
 def family_optimizer(chk):
     gpu_optimizer_checks.family_optimizer(chk, DEV, R, N)
+
+
+def family_zero(chk):
+    gpu_optimizer_checks.family_zero(chk, DEV, R, N)
 
 
 # ---------------------------------------------------------------- errors
