@@ -263,14 +263,31 @@ CATALOG = [
       "groups unset, build a new optimizer to change parameters.",
       match=(r"^zero_stage must be", r"cannot step on a shard", r"groups/num_groups do not apply",
              r"GradScaler is not supported with a sharded optimizer", r"parameters are fixed at construction",
-             r"refused zero_stage")),
+             r"refused zero_stage", r"is supported for Keras 3 optimizers only", r"^zero_stage=… does not support",
+             r"local variables \(register_local_var")),
+    E("zero-grad-scaler", "GradScaler used in a way a sharded optimizer cannot follow",
+      "With zero_stage, scaler.step(optimizer) unscales and checks the reduced shards itself; "
+      "scaler.unscale_(optimizer) beforehand, or a GradScaler that decides found_inf from the local p.grad "
+      "(another torch's protocol), would check the wrong gradients, so it is refused on every rank.",
+      "Call scaler.scale(loss).backward(), scaler.step(opt), scaler.update() only; to clip, use "
+      "`opt.clip_grad_norm_(max_norm * scaler.get_scale())` inside `opt.skip_synchronize()` before "
+      "scaler.step(opt).",
+      match=(r"scaler.unscale_\(optimizer\) reads the local", r"this GradScaler")),
+    E("keras-apply", "A Keras optimizer applied to variables it was not built on",
+      "Keras' own rules, kept by the sharded optimizer: apply() needs the variables (or a built optimizer), "
+      "only the variables it was built on, and at least one gradient.",
+      "Pass (gradient, variable) pairs of the model the optimizer was built for.",
+      match=(r"When passing `grads` without `variables`", r"^Unknown variable: …", r"^No gradients provided")),
     E("zero-checkpoint", "A sharded optimizer's checkpoint used wrongly",
       "state_dict() of a sharded optimizer needs consolidate_state_dict(to=R) on every rank first (and is on "
       "rank R only); a loaded state dict must match the optimizer's parameter groups; a sharded load needs "
       "every shard of one save.",
-      "Call `opt.consolidate_state_dict(to=0)` on every rank, then `opt.state_dict()` on rank 0; or use "
-      "save_sharded_state_dict/load_sharded_state_dict with the whole directory.",
-      match=(r"^consolidate_state_dict", r"was not consolidated", r"^loaded state dict", r"^load_sharded_state_dict")),
+      "torch: call `opt.consolidate_state_dict(to=0)` on every rank, then `opt.state_dict()` on rank 0; or "
+      "use save_sharded_state_dict/load_sharded_state_dict with the whole directory. Keras: build the "
+      "optimizer first, `opt.consolidate(to=0)` on every rank, and `opt.load_full(plain)` with a plain "
+      "optimizer built on the same model's variables.",
+      match=(r"^consolidate_state_dict", r"was not consolidated", r"^loaded state dict", r"^load_sharded_state_dict",
+             r"nothing to consolidate", r"^cannot load …'s state")),
     E("clip-nonfinite", "A non-finite gradient norm",
       "clip_grad_norm_ found the total norm of the gradients infinite or NaN (as torch's own clip_grad_norm_ "
       "with error_if_nonfinite=True).",
