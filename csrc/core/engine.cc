@@ -158,8 +158,8 @@ Status Engine::Setup(MPI_Comm comm) {
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
-  executor_.InitDevice(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  executor_.OnGpuIdle([this] { driver_.GpuIdle(); });
+  executor_.device().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
+  executor_.device().OnIdle([this] { driver_.GpuIdle(); });
   process_sets_.AddWholeJob(job_);
   NegotiatorConfig negotiation;
   negotiation.rank = job_.rank;
@@ -193,7 +193,7 @@ void Engine::Teardown() {
   bool mpi_failed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine = lifetime_.StopFlagsLocked();
+    mine = lifetime_.stop_request_locked().Flags();
     mpi_failed = lifetime_.stopped_status().code == StatusCode::INTERNAL;
   }
   std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
@@ -216,7 +216,7 @@ void Engine::Teardown() {
   sink_.FailAll(lifetime_.stopped_status());
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  executor_.ShutdownDevice(lifetime_.stopped_status());
+  executor_.device().Shutdown(lifetime_.stopped_status());
   monitors_.timeline.Stop();
   if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
@@ -248,7 +248,7 @@ void Engine::Shutdown(bool process_exiting) {
   if (forked_child() || lifetime_.abandoned()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    lifetime_.RequestShutdownLocked(process_exiting);
+    lifetime_.stop_request_locked().Ask(process_exiting);
   }
   wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.

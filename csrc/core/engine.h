@@ -111,7 +111,7 @@ class Engine final {
   AutotuneState autotune_state() const { return monitors_.autotune.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
-  int64_t gpu_allreduce_launches() const { return executor_.GpuAllreduceLaunches(); }
+  int64_t gpu_allreduce_launches() const { return executor_.device().AllreduceLaunches(); }
 
   // Enqueues all submissions atomically (a group is negotiated together) or none. `caller_waits`:
   // the caller waits for them next (a synchronous verb), so the engine thread is not woken: the

@@ -22,7 +22,7 @@ bool Engine::RunCycle(bool* active, bool* declined) {
       return true;
     }
     queue_.TakeAll(&fresh);
-    shutdown_local = lifetime_.shutdown_requested_locked();
+    shutdown_local = lifetime_.stop_request_locked().asked();
   }
   driver_.CycleStarted(now);  // whatever was held goes into this cycle
   monitors_.timeline.MarkCycle();
@@ -73,8 +73,8 @@ void Engine::ExecuteAll(const Negotiation& n) {
   if (n.responses.empty()) return;
   CyclePlan plan;
   negotiator_.Plan(n.responses, process_sets_.sets(), &plan);
-  const ExecutionContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, sink_, negotiator_.joined(),
-                             negotiator_.join_mode(), config_.fusion_threshold, gpu_device_};
+  const ExecutionContext ctx{process_sets_.sets(), monitors_.timeline, monitors_.watchdog, sink_, negotiator_.join().joined,
+                             negotiator_.join().join_mode, config_.fusion_threshold, gpu_device_};
   executor_.Execute(plan, ctx);
   negotiator_.EndExecution(n.cache_bits, sink_, &plan);
 }

@@ -43,6 +43,9 @@ struct EngineDeleter {
   }
 };
 
+// engine.submission, engine.Submission and engine.DeviceTensor (submission_binding.cc).
+void DefineSubmission(py::module_& m);
+
 // engine.allreduce_now (allreduce_now.cc).
 void DefineAllreduceNow(py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>& engine);
 
