@@ -15,7 +15,7 @@
 // the last cycle started), which are the engine's between cycles.
 //
 // Files: negotiator.cc (the protocol), carried_allreduce.cc, coordinator_exchange.cc,
-// pending_table.cc; the engine's side is engine_cycle.cc (one cycle: the queue to the
+// pending_table.cc; the engine's side is core/cycle_runner.cc (one cycle: the queue to the
 // negotiator, its responses to the executor) and completion_sink.cc (completing handles, join
 // and process sets).
 #pragma once

@@ -1,5 +1,7 @@
 // The Python boundary of the engine. Statuses come back as (code, message) tuples and the
-// Python layer turns them into typed exceptions; nothing here knows any framework.
+// Python layer turns them into typed exceptions; nothing here knows any framework. Files: this
+// one (the module, the Engine class), submission_binding.cc (engine.submission and its classes),
+// allreduce_now.cc (the synchronous allreduce's fast path), dlpack_export.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -96,7 +98,7 @@ std::string ForkedChildMessage(int parent_pid) {
 // Py_AtExit: runs after the interpreter finalized (after mpi4py's own exit code would, which
 // basics.py turns off when the engine initializes MPI).
 void FinalizeMpiAtExit() {
-  if (Engine::ShouldFinalizeMpi()) FinalizeMpiWithinTimeout();
+  if (ProcessShouldFinalizeMpi()) FinalizeMpiWithinTimeout();
 }
 
 std::string MpiLibraryVersion() {
@@ -160,7 +162,7 @@ PYBIND11_MODULE(_engine, m) {
           // exiting: called from the process's exit (the other ranks learn that this rank is gone
           // for good, so their init() does not wait for it).
           [](Engine& e, bool exiting) { gil::WithoutGil([&] { e.Shutdown(exiting); }); }, py::arg("exiting") = false)
-      .def_property_readonly("running", &Engine::running)
+      .def_property_readonly("running", [](const Engine& e) { return e.lifetime().running(); })
       // (stopped, restartable, code, message): why the engine stopped and whether init() may
       // start another one (Engine::StopInfo).
       .def("stop_info",
@@ -169,8 +171,8 @@ PYBIND11_MODULE(_engine, m) {
              return py::make_tuple(info.stopped, info.restartable, static_cast<int>(info.reason.code),
                                    info.reason.message);
            })
-      .def_property_readonly("forked_child", &Engine::forked_child)
-      .def_property_readonly("owner_pid", &Engine::owner_pid)
+      .def_property_readonly("forked_child", [](const Engine& e) { return e.lifetime().forked_child(); })
+      .def_property_readonly("owner_pid", [](const Engine& e) { return e.lifetime().owner_pid(); })
       .def_property_readonly("rank", [](const Engine& e) { return e.job().rank; })
       .def_property_readonly("size", [](const Engine& e) { return e.job().size; })
       .def_property_readonly("local_rank", [](const Engine& e) { return e.job().local_rank; })
@@ -178,7 +180,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("cross_rank", [](const Engine& e) { return e.job().cross_rank; })
       .def_property_readonly("cross_size", [](const Engine& e) { return e.job().cross_size; })
       .def_property_readonly("homogeneous", [](const Engine& e) { return e.job().homogeneous; })
-      .def_property_readonly("mpi_thread_level", &Engine::mpi_thread_level)
+      .def_property_readonly("mpi_thread_level", [](const Engine& e) { return e.job().thread_level; })
       .def("set_hierarchical", &Engine::SetHierarchical)  // benchmarks: see engine.h
       .def("autotune_state",  // collectives/autotune.py
            [](Engine& e) {
@@ -221,8 +223,8 @@ PYBIND11_MODULE(_engine, m) {
            // gradient layout (layout_check.h; adapters/tensorflow/gradient_reducer.py). Waits
            // without the GIL, running Python's signal handlers as wait() does.
            [](Engine& e, const std::string& name, const std::string& record, int32_t process_set) {
-             if (e.forked_child())
-               return StatusTuple(Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.owner_pid())));
+             if (e.lifetime().forked_child())
+               return StatusTuple(Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.lifetime().owner_pid())));
              const Status st = CheckLayout(&e, name, record, process_set, [&](int64_t handle) {
                for (bool first = true;; first = false) {
                  bool done = false;
@@ -242,9 +244,9 @@ PYBIND11_MODULE(_engine, m) {
            // while it blocks; one that raises (KeyboardInterrupt) leaves the handle uncollected, so
            // a later wait still returns its outcome.
            [](Engine& e, int64_t handle) {
-             if (e.forked_child()) {
+             if (e.lifetime().forked_child()) {
                Result r;
-               r.status = Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.owner_pid()));
+               r.status = Status::Error(StatusCode::NOT_INITIALIZED, ForkedChildMessage(e.lifetime().owner_pid()));
                return ResultTuple(std::move(r));
              }
              for (bool first = true;; first = false) {
