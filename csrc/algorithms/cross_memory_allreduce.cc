@@ -40,6 +40,38 @@ void AllowAttachUnderYama() {
   if (scope >> value && value == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
+// Reads `bytes` at `address` of rank `rank`'s process (pids[rank]) by cross-memory attach.
+Status Read(const std::vector<pid_t>& pids, int rank, uint64_t address, void* local, size_t bytes) {
+  while (bytes > 0) {
+    iovec here{local, bytes}, there{reinterpret_cast<void*>(address), bytes};
+    const ssize_t moved = process_vm_readv(pids[static_cast<size_t>(rank)], &here, 1, &there, 1, 0);
+    if (moved <= 0)
+      return Status::Error(StatusCode::INTERNAL, "process_vm_readv from rank " + std::to_string(rank) + " (pid " +
+                                                     std::to_string(pids[static_cast<size_t>(rank)]) +
+                                                     ") failed: " + std::strerror(moved < 0 ? errno : EIO));
+    local = static_cast<char*>(local) + moved;
+    address += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
+  }
+  return Status::Ok();
+}
+
+// Writes `bytes` at `address` of rank `rank`'s process.
+Status Write(const std::vector<pid_t>& pids, int rank, uint64_t address, const void* local, size_t bytes) {
+  while (bytes > 0) {
+    iovec here{const_cast<void*>(local), bytes}, there{reinterpret_cast<void*>(address), bytes};
+    const ssize_t moved = process_vm_writev(pids[static_cast<size_t>(rank)], &here, 1, &there, 1, 0);
+    if (moved <= 0)
+      return Status::Error(StatusCode::INTERNAL, "process_vm_writev to rank " + std::to_string(rank) + " (pid " +
+                                                     std::to_string(pids[static_cast<size_t>(rank)]) +
+                                                     ") failed: " + std::strerror(moved < 0 ? errno : EIO));
+    local = static_cast<const char*>(local) + moved;
+    address += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CrossMemoryAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
@@ -81,9 +113,9 @@ Status CrossMemoryAllreduce::Probe(MPI_Comm comm) {
     const uint64_t theirs = PublishedBy(r)->in;
     uint64_t seen = 0;
     const uint64_t token = static_cast<uint64_t>(rank_) + 1;
-    Status st = Read(r, theirs + 8 * static_cast<uint64_t>(r), &seen, sizeof(seen));
+    Status st = Read(pids_, r, theirs + 8 * static_cast<uint64_t>(r), &seen, sizeof(seen));
     if (st.ok() && seen != static_cast<uint64_t>(r) + 1) st = Status::Error(StatusCode::INTERNAL, "read a wrong word");
-    if (st.ok()) st = Write(r, theirs + 8 * static_cast<uint64_t>(rank_), &token, sizeof(token));
+    if (st.ok()) st = Write(pids_, r, theirs + 8 * static_cast<uint64_t>(rank_), &token, sizeof(token));
     if (!st.ok()) why = st.message;
   }
   if (MPI_Barrier(comm) != MPI_SUCCESS)
@@ -109,35 +141,6 @@ void CrossMemoryAllreduce::Release() {
   blocker_ = "not set up";
 }
 
-Status CrossMemoryAllreduce::Read(int rank, uint64_t address, void* local, size_t bytes) {
-  while (bytes > 0) {
-    iovec here{local, bytes}, there{reinterpret_cast<void*>(address), bytes};
-    const ssize_t moved = process_vm_readv(pids_[static_cast<size_t>(rank)], &here, 1, &there, 1, 0);
-    if (moved <= 0)
-      return Status::Error(StatusCode::INTERNAL, "process_vm_readv from rank " + std::to_string(rank) + " (pid " +
-                                                     std::to_string(pids_[static_cast<size_t>(rank)]) +
-                                                     ") failed: " + std::strerror(moved < 0 ? errno : EIO));
-    local = static_cast<char*>(local) + moved;
-    address += static_cast<uint64_t>(moved);
-    bytes -= static_cast<size_t>(moved);
-  }
-  return Status::Ok();
-}
-
-Status CrossMemoryAllreduce::Write(int rank, uint64_t address, const void* local, size_t bytes) {
-  while (bytes > 0) {
-    iovec here{const_cast<void*>(local), bytes}, there{reinterpret_cast<void*>(address), bytes};
-    const ssize_t moved = process_vm_writev(pids_[static_cast<size_t>(rank)], &here, 1, &there, 1, 0);
-    if (moved <= 0)
-      return Status::Error(StatusCode::INTERNAL, "process_vm_writev to rank " + std::to_string(rank) + " (pid " +
-                                                     std::to_string(pids_[static_cast<size_t>(rank)]) +
-                                                     ") failed: " + std::strerror(moved < 0 ? errno : EIO));
-    local = static_cast<const char*>(local) + moved;
-    address += static_cast<uint64_t>(moved);
-    bytes -= static_cast<size_t>(moved);
-  }
-  return Status::Ok();
-}
 
 // Elements [lo, lo + n) of the result, into every rank's output. The result does not depend on
 // which rank computes it: with two ranks it is in0 op in1 (every op is commutative, and IEEE
@@ -154,10 +157,10 @@ Status CrossMemoryAllreduce::ReduceChunk(const MpiBackend& backend, const void* 
   if (size_ == 2) {
     const int peer = 1 - rank_;
     if (in == out) {
-      st = Read(peer, PublishedBy(peer)->in + off, peer_scratch, bytes);
+      st = Read(pids_, peer, PublishedBy(peer)->in + off, peer_scratch, bytes);
       if (st.ok()) st = backend.ReduceLocal(peer_scratch, own_out, n, dtype, op);
     } else {
-      st = Read(peer, PublishedBy(peer)->in + off, own_out, bytes);
+      st = Read(pids_, peer, PublishedBy(peer)->in + off, own_out, bytes);
       if (st.ok()) st = backend.ReduceLocal(own_in, own_out, n, dtype, op);
     }
   } else {
@@ -165,12 +168,12 @@ Status CrossMemoryAllreduce::ReduceChunk(const MpiBackend& backend, const void* 
     for (int r = 0; r < size_ && st.ok(); ++r) {
       if (r == 0) {
         if (rank_ == 0) std::memcpy(acc, own_in, bytes);
-        else st = Read(0, PublishedBy(0)->in + off, acc, bytes);
+        else st = Read(pids_, 0, PublishedBy(0)->in + off, acc, bytes);
         continue;
       }
       const char* operand = own_in;
       if (r != rank_) {
-        st = Read(r, PublishedBy(r)->in + off, peer_scratch, bytes);
+        st = Read(pids_, r, PublishedBy(r)->in + off, peer_scratch, bytes);
         operand = peer_scratch;
       }
       if (st.ok()) st = backend.ReduceLocal(operand, acc, n, dtype, op);
@@ -179,7 +182,7 @@ Status CrossMemoryAllreduce::ReduceChunk(const MpiBackend& backend, const void* 
   }
   if (st.ok() && post) post(own_out, n);
   for (int r = 0; r < size_ && st.ok(); ++r)
-    if (r != rank_) st = Write(r, PublishedBy(r)->out + off, own_out, bytes);
+    if (r != rank_) st = Write(pids_, r, PublishedBy(r)->out + off, own_out, bytes);
   return st;
 }
 

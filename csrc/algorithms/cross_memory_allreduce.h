@@ -103,14 +103,12 @@ class CrossMemoryAllreduce final : public HostAllreduceAlgorithm {
   Status Probe(MPI_Comm comm);
   Status ReduceChunk(const MpiBackend& backend, const void* in, void* out, int64_t lo, int64_t n, DataType dtype,
                      ReduceOp op, const PostReduceFn& post);
-  Status Read(int rank, uint64_t address, void* local, size_t bytes);
-  Status Write(int rank, uint64_t address, const void* local, size_t bytes);
 
   char* base_ = nullptr;  // the mapping: Published per rank, then two Blocks
   size_t bytes_ = 0;
   int rank_ = 0, size_ = 0;
   uint32_t calls_ = 0;
-  std::vector<pid_t> pids_;
+  std::vector<pid_t> pids_;  // the peers' processes, whose memory Read and Write (.cc) reach
   std::vector<char> scratch_;  // two chunks: a peer's input, and the accumulator
   std::string blocker_ = "not set up";
 };

@@ -43,7 +43,7 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
   Release();
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
-  bytes_ = static_cast<size_t>(size_) * kLine + static_cast<size_t>(size_) * 2 * static_cast<size_t>(kSlotBytes);
+  bytes_ = ShmSegmentLayout::Bytes(size_);
   void* mapped = nullptr;
   Status st = MapJobSegment(comm, local_size, enabled, "COLLECTIVES_SHM_ALLREDUCE", bytes_, "shm", &mapped, &pids_,
                             &blocker_);
@@ -52,8 +52,7 @@ Status ShmAllreduce::Init(MPI_Comm comm, int local_size, bool enabled) {
     if (enabled && size_ > 1 && local_size == size_) Log(LogLevel::INFO, "shared-memory allreduce off: " + blocker_);
     return Status::Ok();
   }
-  base_ = static_cast<char*>(mapped);
-  slots_ = base_ + static_cast<size_t>(size_) * kLine;
+  segment_.Place(static_cast<char*>(mapped), size_);
   barriers_ = 0;
   pieces_ = 0;
   Log(LogLevel::INFO, "shared-memory allreduce on " + std::to_string(size_) + " ranks");
@@ -67,30 +66,27 @@ Status ShmAllreduce::Run(const HostAllreduce& c) {
 }
 
 void ShmAllreduce::Release() {
-  if (base_ != nullptr) munmap(base_, bytes_);
-  base_ = nullptr;
-  slots_ = nullptr;
+  if (segment_.base() != nullptr) munmap(segment_.base(), bytes_);
+  segment_.Place(nullptr, 0);
   blocker_ = "not set up";
 }
 
-bool ShmAllreduce::PeerGone(int rank) const { return ProcessGone(pids_[static_cast<size_t>(rank)]); }
-
 Status ShmAllreduce::Barrier() {
   const uint64_t target = ++barriers_;
-  Counter(rank_)->store(target, std::memory_order_release);
+  segment_.Counter(rank_)->store(target, std::memory_order_release);
   Waiter waiter(kBarrierPhases);  // one wait, whichever peers it waits for
   auto next_check = std::chrono::steady_clock::now() + kLivenessEvery;
   unsigned looks = 0;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    std::atomic<uint64_t>* c = Counter(r);
+    std::atomic<uint64_t>* c = segment_.Counter(r);
     while (c->load(std::memory_order_acquire) < target) {
       waiter.Pause();
       if (++looks % 64 != 0) continue;  // the clock and /proc only now and then
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_check) {
         next_check = now + kLivenessEvery;
-        if (c->load(std::memory_order_acquire) < target && PeerGone(r))
+        if (c->load(std::memory_order_acquire) < target && ProcessGone(pids_[static_cast<size_t>(r)]))
           return Status::Error(StatusCode::INTERNAL, "rank " + std::to_string(r) + " (pid " +
                                                          std::to_string(pids_[static_cast<size_t>(r)]) +
                                                          ") exited during a shared-memory allreduce on this host");
@@ -106,7 +102,7 @@ Status ShmAllreduce::Allreduce(const MpiBackend& backend, const void* in, void* 
   // so that a rank may fill its next slot while the others still copy out of this one.
   const int64_t esize = DataTypeSize(dtype);
   const uint64_t piece = pieces_++;
-  std::memcpy(Slot(rank_, piece), in, static_cast<size_t>(count * esize));
+  std::memcpy(segment_.Slot(rank_, piece), in, static_cast<size_t>(count * esize));
   Status st = Barrier();
   if (!st.ok()) return st;
   // Shares start on 64-byte boundaries: no two ranks write one cache line.
@@ -114,10 +110,10 @@ Status ShmAllreduce::Allreduce(const MpiBackend& backend, const void* in, void* 
   const int64_t share = (((count + size_ - 1) / size_) + align - 1) / align * align;
   const int64_t lo = std::min(count, rank_ * share), hi = std::min(count, lo + share);
   if (lo < hi) {
-    char* mine = Slot(rank_, piece) + lo * esize;
+    char* mine = segment_.Slot(rank_, piece) + lo * esize;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      st = backend.ReduceLocal(Slot(r, piece) + lo * esize, mine, hi - lo, dtype, op);
+      st = backend.ReduceLocal(segment_.Slot(r, piece) + lo * esize, mine, hi - lo, dtype, op);
       if (!st.ok()) return st;
     }
   }
@@ -126,7 +122,7 @@ Status ShmAllreduce::Allreduce(const MpiBackend& backend, const void* in, void* 
   char* dst = static_cast<char*>(out);
   for (int r = 0; r < size_; ++r) {
     const int64_t rlo = std::min(count, r * share), rhi = std::min(count, rlo + share);
-    if (rlo < rhi) std::memcpy(dst + rlo * esize, Slot(r, piece) + rlo * esize, static_cast<size_t>((rhi - rlo) * esize));
+    if (rlo < rhi) std::memcpy(dst + rlo * esize, segment_.Slot(r, piece) + rlo * esize, static_cast<size_t>((rhi - rlo) * esize));
   }
   return Status::Ok();
 }

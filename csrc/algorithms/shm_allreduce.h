@@ -39,10 +39,38 @@
 
 namespace collectives {
 
-class ShmAllreduce final : public HostAllreduceAlgorithm {
+// Where things lie in the shared segment: a counter per rank, each apart from the others', then
+// two slots per rank (alternate calls use alternate slots).
+class ShmSegmentLayout {
  public:
   // Bytes of a piece: two slots per rank stay in a core's L2 cache on the machines measured.
   static constexpr int64_t kSlotBytes = 512 * 1024;
+  static constexpr size_t kLine = 128;  // a counter's share (two lines: adjacent prefetch)
+
+  static size_t Bytes(int size) {
+    return static_cast<size_t>(size) * kLine + static_cast<size_t>(size) * 2 * static_cast<size_t>(kSlotBytes);
+  }
+  // The mapping of Bytes(size) at `base`, or null: none.
+  void Place(char* base, int size) {
+    base_ = base;
+    slots_ = base ? base + static_cast<size_t>(size) * kLine : nullptr;
+  }
+  char* base() const { return base_; }
+  char* Slot(int rank, uint64_t piece) const {
+    return slots_ + (static_cast<size_t>(rank) * 2 + (piece & 1)) * static_cast<size_t>(kSlotBytes);
+  }
+  std::atomic<uint64_t>* Counter(int rank) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base_ + static_cast<size_t>(rank) * kLine);
+  }
+
+ private:
+  char* base_ = nullptr;  // the mapping: counters, then slots
+  char* slots_ = nullptr;
+};
+
+class ShmAllreduce final : public HostAllreduceAlgorithm {
+ public:
+  static constexpr int64_t kSlotBytes = ShmSegmentLayout::kSlotBytes;
   // Smaller allreduces stay on MPI: there the fixed cost of the barriers is what counts, and the
   // cached small ones ride in the negotiation anyway (fused_negotiation.h).
   static constexpr int64_t kMinBytes = 8 * 1024;
@@ -58,11 +86,11 @@ class ShmAllreduce final : public HostAllreduceAlgorithm {
   Status Init(MPI_Comm comm, int local_size, bool enabled);
   void Release();
 
-  bool active() const { return base_ != nullptr; }
+  bool active() const { return segment_.base() != nullptr; }
   const std::string& blocker() const { return blocker_; }
   // The same answer on every rank for the same call (it depends on the set and size only).
   bool UseFor(int process_set_id, int64_t bytes) const {
-    return base_ != nullptr && process_set_id == 0 && bytes >= kMinBytes && bytes <= kMaxBytes;
+    return segment_.base() != nullptr && process_set_id == 0 && bytes >= kMinBytes && bytes <= kMaxBytes;
   }
 
   // in == out for in place. Returns INTERNAL when a rank of the host exited while this one
@@ -76,19 +104,9 @@ class ShmAllreduce final : public HostAllreduceAlgorithm {
   Status Run(const HostAllreduce& call) override;
 
  private:
-  char* Slot(int rank, uint64_t piece) const {
-    return slots_ + (static_cast<size_t>(rank) * 2 + (piece & 1)) * static_cast<size_t>(kSlotBytes);
-  }
-  std::atomic<uint64_t>* Counter(int rank) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(base_ + static_cast<size_t>(rank) * kLine);
-  }
   Status Barrier();
-  bool PeerGone(int rank) const;
 
-  static constexpr size_t kLine = 128;  // a counter per rank, apart from the others' (two lines: adjacent prefetch)
-
-  char* base_ = nullptr;   // the mapping: counters, then slots
-  char* slots_ = nullptr;
+  ShmSegmentLayout segment_;  // the mapping
   size_t bytes_ = 0;
   int rank_ = 0, size_ = 0;
   uint64_t barriers_ = 0;  // barriers this rank has passed: the same count on every rank

@@ -9,7 +9,7 @@ void CompletionSink::Finish(Pending& p, Result&& result) {
     queue_.Release(p);
   }
   if (monitors_.timeline.active()) monitors_.timeline.End(p.request.name);  // closes the <OP> phase
-  if (monitors_.stages_on && p.handle != 0) monitors_.stages.RecordExecuted(p.enqueued, p.picked, negotiator_.negotiated_at());
+  if (monitors_.stages_on && p.handle != 0) monitors_.stages.RecordExecuted(p.enqueued, p.picked, negotiator_.cycles().negotiated_at);
   handles_.Complete(p.handle, std::move(result));
 }
 

@@ -41,7 +41,7 @@ void CycleDriver::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_
     {
       std::lock_guard<std::mutex> lock(in_.mu);
       Clock::time_point held_until;
-      if (in_.lifetime.shutdown_requested_locked() ||
+      if (in_.lifetime.stop_request_locked().asked() ||
           (in_.queue.HasUnclaimed() && !HoldForGpuFusion(Clock::now(), &held_until))) {
         gpu_hold_.store(false);
         start_others = true;
@@ -51,7 +51,7 @@ void CycleDriver::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_
       // cycle still starts ours (PeerStarted), and the GPU going idle rings (GpuIdle).
       if (in_.queue.HasUnclaimed()) deadline = held_until;
     }
-    if (in_.wakeups.PeerStarted(in_.negotiator.cycle())) {
+    if (in_.wakeups.PeerStarted(in_.negotiator.cycles().completed)) {
       // A peer started the cycle; our own submission is often microseconds behind. Give it
       // a moment so that it joins this cycle instead of needing the next one.
       if (in_.wakeups.spin()) {
@@ -74,7 +74,7 @@ void CycleDriver::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_
       bool by_message = false;
       const uint64_t submitted = in_.wakeups.submissions();
       SpinFor([&] {
-        by_message = in_.wakeups.HasMpiPeers() && in_.wakeups.PollWake(in_.negotiator.cycle());
+        by_message = in_.wakeups.HasMpiPeers() && in_.wakeups.PollWake(in_.negotiator.cycles().completed);
         return by_message || in_.wakeups.Seen() != seen || in_.wakeups.submissions() != submitted;
       });
       if (by_message) break;
@@ -103,7 +103,7 @@ void CycleDriver::WaitForCycle(std::unique_lock<std::mutex>& cycle, Clock::time_
     cycle.lock();
     if (callers && in_.wakeups.Seen() == seen) caller_ran_last_ = false;
   }
-  if (start_others && !cycles_over_) in_.wakeups.SendWake(in_.negotiator.cycle());
+  if (start_others && !cycles_over_) in_.wakeups.SendWake(in_.negotiator.cycles().completed);
 }
 
 bool CycleDriver::HoldForGpuFusion(Clock::time_point now, Clock::time_point* until) {
@@ -115,14 +115,14 @@ bool CycleDriver::HoldForGpuFusion(Clock::time_point now, Clock::time_point* unt
   // at most COLLECTIVES_GPU_FUSION_WAIT_MS after the oldest of them arrived, lets them fuse.
   // Host work, and GPU work that finds the GPU idle (a lone allreduce, a synchronous loop),
   // starts at once, and so does a fusion buffer's worth: it is as fused as it gets.
-  if (!in_.config.gpu_fusion_wait || !in_.executor.GpuBusy()) return false;
+  if (!in_.config.gpu_fusion_wait || !in_.executor.device().Busy()) return false;
   const SubmissionQueue::Unclaimed waiting = in_.queue.DescribeUnclaimed();
   if (!waiting.all_gpu || waiting.bytes >= in_.config.fusion_threshold) return false;
   const Clock::time_point release = waiting.oldest + Milliseconds(in_.config.gpu_fusion_wait_ms);
   if (now >= release) return false;
   gpu_hold_.store(true);
   // The GPU may have finished between the first look and the flag, whose ring would be missed.
-  if (!in_.executor.GpuBusy()) return false;
+  if (!in_.executor.device().Busy()) return false;
   *until = release;
   return true;
 }
@@ -135,7 +135,7 @@ auto CycleDriver::NextCycleInterval() const -> Clock::duration {
   // After cycles in which nothing happened anywhere (some rank waits for the others' submissions,
   // which will start a cycle themselves), the next one is due later and later: 2, 4 ... 32 cycle
   // times. Such cycles only look for stalls and anything a submission did not announce.
-  return CycleTime() * (1 << std::min(in_.negotiator.quiet_cycles(), kQuietDoublings));
+  return CycleTime() * (1 << std::min(in_.negotiator.cycles().quiet, kQuietDoublings));
 }
 
 void CycleDriver::RunCycles(std::unique_lock<std::mutex>& cycle) {

@@ -40,7 +40,7 @@ struct CycleInputs {
   const std::atomic<int>& gpu_device;  // this process's GPU (-1 until a GPU tensor is submitted)
   Monitors& monitors;               // counts the callers' cycles
   Wakeups& wakeups;
-  // One cycle (Engine::RunCycle): false when the engine must stop; `declined` (a caller's cycle):
+  // One cycle (CycleRunner::Run): false when the engine must stop; `declined` (a caller's cycle):
   // set when it was not run because it might include GPU work, which only the engine thread runs.
   std::function<bool(bool* active, bool* declined)> run_cycle;
 };
@@ -59,7 +59,7 @@ class CycleDriver {
 
   // Setup's end: the first cycle's interval counts from here.
   void Start() { last_cycle_start_ = Clock::now(); }
-  // A cycle starts (Engine::RunCycle, cycle_mu() held): whatever was held goes into it.
+  // A cycle starts (CycleRunner::Run, cycle_mu() held): whatever was held goes into it.
   void CycleStarted(Clock::time_point now) {
     last_cycle_start_ = now;
     gpu_hold_.store(false);
@@ -67,6 +67,11 @@ class CycleDriver {
   // The GPU finished its work (NCCL completion thread): held GPU work may go now.
   void GpuIdle() {
     if (gpu_hold_.exchange(false)) in_.wakeups.Ring();
+  }
+  // Whether a caller waiting for its result may run the cycles itself: callers' cycles are on,
+  // no GPU tensor was submitted (GPU work runs on the engine thread), the engine is not abandoned.
+  bool CallerMayRunCycles() const {
+    return in_.config.caller_cycles && in_.gpu_device < 0 && !in_.lifetime.abandoned();
   }
   // The watchdog fired: a caller running cycles stops waiting inside MPI and raises.
   void AbortCallers() { abort_inline_ = true; }
@@ -88,7 +93,7 @@ class CycleDriver {
   bool caller_ran_last_ = false;  // the last cycle was a caller's: the engine thread stays asleep
   std::atomic<bool> abort_inline_{false};  // the watchdog fired: a caller stops waiting inside MPI
   std::atomic<bool> gpu_hold_{false};  // GPU work waits for the GPU to finish earlier work: ring when it has
-  // After cycles in a row in which nothing happened anywhere (Negotiator::quiet_cycles), the next
+  // After cycles in a row in which nothing happened anywhere (CycleCounts::quiet, negotiator.h), the next
   // cycle is due after 2^min(that count, kQuietDoublings) cycle times.
   static constexpr int kQuietDoublings = 5;
   Clock::time_point last_cycle_start_;

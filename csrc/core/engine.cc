@@ -22,6 +22,14 @@
 namespace collectives {
 namespace {
 
+// Names are per process set: the same name may be in flight in two sets at once.
+void QualifyName(Request* q) {
+  if (q->process_set == 0) return;
+  const std::string suffix = " [process set " + std::to_string(q->process_set) + "]";
+  q->name += suffix;
+  if (!q->group.empty()) q->group += suffix;
+}
+
 std::string JoinNames(const std::vector<Submission>& subs) {
   std::ostringstream os;
   for (size_t i = 0; i < subs.size() && i < 3; ++i) os << (i ? ", " : "") << "'" << subs[i].request.name << "'";
@@ -100,7 +108,7 @@ Status Engine::Setup(MPI_Comm comm) {
   if (!initialized) {
     // Here rather than in mpi4py's import (collectives/basics.py asks it not to), so that the
     // init timeout covers it: MPI_Init_thread returns only once every rank has called it. MPI
-    // is finalized at process exit (bindings.cc, ShouldFinalizeMpi), not by Teardown, so that
+    // is finalized at process exit (bindings.cc, ProcessShouldFinalizeMpi), not by Teardown, so that
     // init() may run again.
     setup_step_ = "MPI_Init_thread";
     int provided = 0;
@@ -108,14 +116,16 @@ Status Engine::Setup(MPI_Comm comm) {
       return Status::Error(StatusCode::INTERNAL, "MPI_Init_thread failed");
     NoteMpiInitializedHere();
   }
-  MPI_Query_thread(&thread_level_);
-  if (thread_level_ < MPI_THREAD_SERIALIZED)
+  int thread_level = 0;
+  MPI_Query_thread(&thread_level);
+  if (thread_level < MPI_THREAD_SERIALIZED)
     return Status::Error(StatusCode::INTERNAL,
                          "MPI was initialized without thread support (need MPI_THREAD_SERIALIZED or better; "
                          "initialize it with MPI_THREAD_MULTIPLE, the mpi4py default)");
   {
     Status laid_out = job_.Init(comm, &setup_step_);
     if (!laid_out.ok()) return laid_out;
+    job_.thread_level = thread_level;
   }
   SetLogRank(job_.rank);
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
@@ -158,8 +168,8 @@ Status Engine::Setup(MPI_Comm comm) {
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
-  executor_.InitDevice(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
-  executor_.OnGpuIdle([this] { driver_.GpuIdle(); });
+  executor_.device().Load(config_.cuda_driver_library, config_.nccl_library, config_.nccl_problem);
+  executor_.device().OnIdle([this] { driver_.GpuIdle(); });
   process_sets_.AddWholeJob(job_);
   NegotiatorConfig negotiation;
   negotiation.rank = job_.rank;
@@ -175,7 +185,7 @@ Status Engine::Setup(MPI_Comm comm) {
     st = monitors_.timeline.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
   }
-  st = StartWatchdog();
+  st = watchdog_.Start(&setup_step_);
   if (!st.ok()) return st;
   SetBufferPoolLimit(config_.buffer_pool_bytes);
   wakeups_.StartMessages(job_.comm);
@@ -193,7 +203,7 @@ void Engine::Teardown() {
   bool mpi_failed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine = lifetime_.StopFlagsLocked();
+    mine = lifetime_.stop_request_locked().Flags();
     mpi_failed = lifetime_.stopped_status().code == StatusCode::INTERNAL;
   }
   std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
@@ -216,7 +226,7 @@ void Engine::Teardown() {
   sink_.FailAll(lifetime_.stopped_status());
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  executor_.ShutdownDevice(lifetime_.stopped_status());
+  executor_.device().Shutdown(lifetime_.stopped_status());
   monitors_.timeline.Stop();
   if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
@@ -245,10 +255,10 @@ void Engine::Teardown() {
 void Engine::Shutdown(bool process_exiting) {
   // A forked child must not touch the parent's engine: its locks may be held by threads that
   // do not exist here. An abandoned engine's thread is stuck in MPI: nothing to stop or join.
-  if (forked_child() || lifetime_.abandoned()) return;
+  if (lifetime_.forked_child() || lifetime_.abandoned()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    lifetime_.RequestShutdownLocked(process_exiting);
+    lifetime_.stop_request_locked().Ask(process_exiting);
   }
   wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.
@@ -300,7 +310,10 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
     // Bad input here must not leave the other ranks waiting for these names.
     std::vector<Request> reqs;
     for (const Submission& sub : subs) reqs.push_back(sub.request);
-    AnnounceLocked(std::move(reqs), failure.message, now);
+    if (queue_.AnnounceLocked(std::move(reqs), failure.message, now)) {
+      wakeups_.Submitted();
+      wakeups_.Ring();
+    }
     return failure;
   }
   std::unordered_set<std::string> batch;  // names of this submission (filled only for several)
@@ -329,19 +342,11 @@ Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* han
   wakeups_.Submitted();
   // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
   // engine thread then.
-  if (caller_waits && CallerMayRunCycles())
+  if (caller_waits && driver_.CallerMayRunCycles())
     queue_.Claim(subs.size());
   else
     wakeups_.Ring();
   return Status::Ok();
-}
-
-void Engine::QualifyName(Request* q) {
-  // Names are per process set: the same name may be in flight in two sets at once.
-  if (q->process_set == 0) return;
-  const std::string suffix = " [process set " + std::to_string(q->process_set) + "]";
-  q->name += suffix;
-  if (!q->group.empty()) q->group += suffix;
 }
 
 void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& reason) {
@@ -355,33 +360,13 @@ void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& rea
     QualifyName(&q);
     valid.push_back(std::move(q));
   }
-  AnnounceLocked(std::move(valid), reason, Clock::now());
-}
-
-void Engine::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reason, Clock::time_point now) {
-  bool any = false;
-  for (Request& q : reqs) {
-    // A name already in flight here is this rank's own earlier request, which goes on; an
-    // unknown operation cannot match anything the other ranks submit.
-    if (q.name.empty() || !IsValidOpType(static_cast<int32_t>(q.op)) || q.op == OpType::JOIN ||
-        queue_.InFlight(q.name))
-      continue;
-    if (!IsValidDataType(static_cast<int32_t>(q.dtype))) q.dtype = DataType::UINT8;
-    if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op))) q.reduce_op = ReduceOp::SUM;
-    Pending p;
-    p.request = std::move(q);
-    p.request.failure = reason.empty() ? "invalid input" : reason;
-    p.enqueued = now;
-    queue_.AddAnnounced(std::move(p));  // no handle: the caller already has its exception
-    any = true;
-  }
-  if (!any) return;
+  if (!queue_.AnnounceLocked(std::move(valid), reason, Clock::now())) return;
   wakeups_.Submitted();
   wakeups_.Ring();
 }
 
 Engine::StopInfo Engine::stop_info() {
-  if (forked_child()) return StopInfo();
+  if (lifetime_.forked_child()) return StopInfo();
   std::lock_guard<std::mutex> lock(mu_);
   return lifetime_.stop_info_locked();
 }

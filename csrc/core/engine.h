@@ -13,11 +13,10 @@
 // (cycle_driver.h), over the Wakeups (wakeups.h: doorbell, wake messages); the engine's life
 // (started, stopped and why, abandoned) is its EngineLifetime (engine_lifetime.h). Where this rank
 // sits in the job is a JobLayout (job_layout.h). The engine keeps the public calls, the setup and
-// teardown that wire these together, and one cycle's steps.
+// teardown that wire these together; one cycle's steps are a CycleRunner (cycle_runner.h).
 //
-// Files: engine.cc (start, setup, teardown, enqueue), engine_cycle.cc (one cycle: the queue's new
-// work to the negotiator, its plan to the executor), engine_inline.cc (a caller's Wait),
-// engine_watchdog.cc (the watchdog's hooks); the autotuner's are an EngineAutotune
+// Files: engine.cc (start, setup, teardown, enqueue), engine_inline.cc (a caller's Wait); the
+// watchdog's hooks are an EngineWatchdog (engine_watchdog.h), the autotuner's an EngineAutotune
 // (engine_autotune.h).
 #pragma once
 #include <mpi.h>
@@ -42,6 +41,8 @@
 #include "core/process_exit.h"
 #include "core/completion_sink.h"
 #include "core/cycle_driver.h"
+#include "core/cycle_runner.h"
+#include "core/engine_watchdog.h"
 #include "core/process_set_table.h"
 #include "core/submission_queue.h"
 #include "monitor/monitors.h"
@@ -70,7 +71,6 @@ struct Submission {
 
 class Engine final {
  public:
-  Engine() = default;
   ~Engine();
 
   // Starts the engine thread on a duplicate of `comm` and waits until it is ready.
@@ -79,30 +79,22 @@ class Engine final {
   // `process_exiting`: the process is about to end (atexit), so the other ranks learn that this
   // rank will not init() again.
   void Shutdown(bool process_exiting = false);
-  bool running() const { return lifetime_.running(); }
 
   // Why the engine stopped, once its thread has ended, and whether a later init() may start a new
   // engine (engine_lifetime.h).
   using StopInfo = EngineStopInfo;
   StopInfo stop_info();
 
-  // A forked child holds a copy of this object but not its threads (whose locks it may hold):
-  // it must not touch it, and must never destroy it.
-  bool forked_child() const { return lifetime_.forked_child(); }
-  int owner_pid() const { return lifetime_.owner_pid(); }
-  // Start timed out, or the watchdog found the engine thread stuck in a backend call: the thread
-  // is stuck in MPI and still uses this object, which must therefore never be destroyed.
-  bool abandoned() const { return lifetime_.abandoned(); }
+  // Running, and the facts any thread may read without a lock (engine_lifetime.h): a forked
+  // child holds a copy of this object but not its threads (whose locks it may hold), so it must
+  // not touch it and must never destroy it (forked_child, owner_pid); start timed out, or the
+  // watchdog found the engine thread stuck in a backend call: the thread is stuck in MPI and
+  // still uses this object, which must therefore never be destroyed (abandoned). Whether MPI is
+  // finalized at this process's exit: ProcessShouldFinalizeMpi (process_exit.h).
+  const EngineLifetime& lifetime() const { return lifetime_; }
 
-  // Whether MPI should be finalized at this process's exit: an engine thread of this very
-  // process initialized it (not mpi4py's import; not the parent of a forked child, whose
-  // MPI_Finalize would run the parent's shutdown protocol with the launcher) and no engine was
-  // abandoned inside MPI, and no peer is known never to finalize (MPI_Finalize would wait for it).
-  static bool ShouldFinalizeMpi() { return ProcessShouldFinalizeMpi(); }
-
-  // This rank's places in the job: rank, size, local and cross ones (job_layout.h).
+  // This rank's places in the job: rank, size, local and cross ones, MPI's thread level (job_layout.h).
   const JobLayout& job() const { return job_; }
-  int mpi_thread_level() const { return thread_level_; }
   // Turns the hierarchical algorithms (hierarchical.h) on or off from the next operation on. Every
   // rank must make the same change at the same point of its sequence of operations, with none in
   // flight (e.g. right after a barrier), or ranks would run different algorithms and never meet.
@@ -111,7 +103,7 @@ class Engine final {
   AutotuneState autotune_state() const { return monitors_.autotune.state(); }
   // The GPU this process uses (-1 until a GPU tensor is submitted).
   int gpu_device() const { return gpu_device_; }
-  int64_t gpu_allreduce_launches() const { return executor_.GpuAllreduceLaunches(); }
+  int64_t gpu_allreduce_launches() const { return executor_.device().AllreduceLaunches(); }
 
   // Enqueues all submissions atomically (a group is negotiated together) or none. `caller_waits`:
   // the caller waits for them next (a synchronous verb), so the engine thread is not woken: the
@@ -120,7 +112,7 @@ class Engine final {
   // Bad input found on this rank before submitting (e.g. by the Python layer): the other
   // ranks fail these names with `reason` instead of waiting for them. Nothing to wait for here.
   void AnnounceFailure(std::vector<Request>&& requests, const std::string& reason);
-  bool Poll(int64_t handle) { return forked_child() || sink_.handles().Poll(handle); }
+  bool Poll(int64_t handle) { return lifetime_.forked_child() || sink_.handles().Poll(handle); }
   // Blocks until the handle completes or `timeout` passes (the caller releases the GIL and
   // loops); true when done or unknown. `first`: the caller's first call for this handle, which
   // spins briefly before sleeping.
@@ -141,31 +133,9 @@ class Engine final {
   void ThreadMain(MPI_Comm comm, std::promise<Status> started);
   Status Setup(MPI_Comm comm);
   void Teardown();
-  void QualifyName(Request* q);
-  // Queues error submissions (request.failure set, no handle); mu_ held.
-  void AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
-
-  // Whether a caller waiting for its result may run the cycles itself (cycle_driver.h).
-  bool CallerMayRunCycles() const { return config_.caller_cycles && gpu_device_ < 0 && !lifetime_.abandoned(); }
-
-
-  // engine_watchdog.cc: a backend call that never returns ends the process (watchdog.h).
-  Status StartWatchdog();
-  void OnBackendStall(const std::string& message);
-
-  // engine_cycle.cc: one cycle; returns false when the engine must stop. `declined`: given by a
-  // caller running the cycle (engine_inline.cc), set when the cycle was not run because it might
-  // include GPU work, which only the engine thread runs.
-  bool RunCycle(bool* active, bool* declined = nullptr);
-
-  // Runs a negotiation's responses: the negotiator plans this rank's part (cycle_plan.h), the
-  // executor runs it with what it needs of the engine's state and reports each outcome to the
-  // completion sink, and the negotiator finishes the cycle (its table, its cache).
-  void ExecuteAll(const Negotiation& n);
 
   EngineConfig config_;
   JobLayout job_;  // this process's communicators and places in the job (set in Setup)
-  int thread_level_ = 0;
   // What Setup is waiting for, for the init timeout's message.
   std::atomic<const char*> setup_step_{""};
   // The data backends and algorithms, and running the negotiated responses on them (executor.h).
@@ -179,8 +149,6 @@ class Engine final {
   // Shared with submitting threads, under mu_.
   std::mutex mu_;
   SubmissionQueue queue_;  // submissions no cycle has taken yet, names in flight (submission_queue.h)
-  // A cycle's share of the queue (engine_cycle.cc); under the cycle driver's cycle_mu.
-  std::vector<Pending> fresh_;
   // Started, running, asked to stop, stopped and why, abandoned (engine_lifetime.h): under mu_
   // but for its atomics.
   EngineLifetime lifetime_;
@@ -208,8 +176,13 @@ class Engine final {
   // (cycle_driver.h). Declared after what it refers to.
   CycleDriver driver_{CycleInputs{mu_, queue_, lifetime_, config_, executor_, negotiator_, gpu_device_,
                                   monitors_, wakeups_, [this](bool* active, bool* declined) {
-                                    return RunCycle(active, declined);
+                                    return cycle_.Run(active, declined);
                                   }}};
+  // One cycle: the queue to the negotiator, its responses to the executor (cycle_runner.h).
+  CycleRunner cycle_{CycleParts{mu_, queue_, lifetime_, config_, gpu_device_, monitors_, autotune_, negotiator_,
+                                process_sets_, executor_, sink_, driver_}};
+  // A backend call that never returns ends the process (engine_watchdog.h).
+  EngineWatchdog watchdog_{config_, job_, monitors_, process_sets_, mu_, lifetime_, sink_, driver_, wakeups_};
 
   AgreedLayouts agreed_layouts_;
 };

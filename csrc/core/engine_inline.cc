@@ -15,10 +15,10 @@
 namespace collectives {
 
 bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles) {
-  if (forked_child()) return true;
+  if (lifetime_.forked_child()) return true;
   const auto until = Clock::now() + timeout;
   bool done = false;
-  if (run_cycles && CallerMayRunCycles() && !sink_.handles().Poll(handle))
+  if (run_cycles && driver_.CallerMayRunCycles() && !sink_.handles().Poll(handle))
     done = driver_.RunCyclesInline(sink_.handles(), handle, until);
   if (!done) {
     // The engine thread runs the cycle (it was busy, or the wait ran out): Enqueue did not wake

@@ -25,9 +25,7 @@ bool EngineLifetime::SetupEndedLocked(bool ok, bool* late) {
     // all, as an exiting rank (this process will not start again), so that their operations
     // fail at once instead of at the stall timeout.
     *late = true;
-    shutdown_requested_ = true;
-    process_exiting_ = true;
-    init_gave_up_ = true;
+    stop_request_.AskAfterInitGaveUp();
   }
   setup_done_ = true;
   if (ok) stopped_status_ = Status::Error(StatusCode::SHUT_DOWN, "collectives has been shut down");
@@ -43,14 +41,8 @@ void EngineLifetime::AbandonLocked(const Status& why) {
   stop_info_.reason = why;
 }
 
-void EngineLifetime::RequestShutdownLocked(bool process_exiting) {
-  shutdown_requested_ = true;
-  if (process_exiting) process_exiting_ = true;
-}
-
-int EngineLifetime::StopFlagsLocked() const {
-  return (shutdown_requested_ ? kStopAsked : 0) | (process_exiting_ ? kStopExiting : 0) |
-         (init_gave_up_ ? kStopGaveUp : 0);
+int StopRequest::Flags() const {
+  return (asked_ ? kStopAsked : 0) | (process_exiting_ ? kStopExiting : 0) | (init_gave_up_ ? kStopGaveUp : 0);
 }
 
 void EngineLifetime::RecordStopLocked(const std::vector<int>* everyone, int rank, int size) {
@@ -75,7 +67,7 @@ void EngineLifetime::RecordStopLocked(const std::vector<int>* everyone, int rank
   info.restartable = everyone && stopped_status_.code == StatusCode::SHUT_DOWN && exiting.empty() && gave_up.empty();
   // Name the other ranks' part in the stop when it matters: it was theirs, or it is final.
   if (stopped_status_.code == StatusCode::SHUT_DOWN &&
-      (!exiting.empty() || !gave_up.empty() || (!shutdown_requested_ && !asked.empty()))) {
+      (!exiting.empty() || !gave_up.empty() || (!stop_request_.asked() && !asked.empty()))) {
     std::vector<std::string> parts;
     if (!gave_up.empty()) parts.push_back(NamedRanks(gave_up) + " gave up waiting in init() (its init timeout passed)");
     if (!exiting.empty()) parts.push_back(NamedRanks(exiting) + " exited");
@@ -84,7 +76,7 @@ void EngineLifetime::RecordStopLocked(const std::vector<int>* everyone, int rank
     for (size_t i = 0; i < parts.size(); ++i) why += (i ? " and " : "") + parts[i];
     info.reason = Status::Error(StatusCode::SHUT_DOWN, why);
     // Pending operations fail with the precise reason too (this rank's own shutdown() says so).
-    if (!shutdown_requested_) stopped_status_ = info.reason;
+    if (!stop_request_.asked()) stopped_status_ = info.reason;
   }
   stop_info_ = info;
 }

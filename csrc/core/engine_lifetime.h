@@ -26,6 +26,30 @@ struct EngineStopInfo {
   Status reason;
 };
 
+// What this rank asks of the stop, for the teardown's exchange: shutdown() was called, from the
+// process's exit, or init() gave up before the engine was set up. Under the engine's mu_.
+class StopRequest {
+ public:
+  // shutdown(): every rank is asked to stop; `process_exiting`: from this process's exit.
+  void Ask(bool process_exiting) {
+    asked_ = true;
+    if (process_exiting) process_exiting_ = true;
+  }
+  // Setup completed after an init timeout: this engine only stops, as an exiting rank.
+  void AskAfterInitGaveUp() {
+    Ask(true);
+    init_gave_up_ = true;
+  }
+  bool asked() const { return asked_; }
+  // This rank's part of the teardown's exchange (engine_lifetime.cc reads everyone's).
+  int Flags() const;
+
+ private:
+  bool asked_ = false;
+  bool process_exiting_ = false;  // this process is ending
+  bool init_gave_up_ = false;     // Setup completed after an init timeout
+};
+
 class EngineLifetime {
  public:
   // Any thread, no lock.
@@ -47,11 +71,11 @@ class EngineLifetime {
   // Start gave up on the engine thread, or the watchdog found it stuck in MPI: it stays there,
   // and the engine is never destroyed; the stop is final, for `why`.
   void AbandonLocked(const Status& why);
-  // shutdown(): every rank is asked to stop; `process_exiting`: from this process's exit.
-  void RequestShutdownLocked(bool process_exiting);
-  bool shutdown_requested_locked() const { return shutdown_requested_; }
+  // shutdown()'s request and what this rank tells the others of it at the teardown.
+  StopRequest& stop_request_locked() { return stop_request_; }
+  const StopRequest& stop_request_locked() const { return stop_request_; }
   // Whether new work is taken: the engine runs and nobody asked it to stop.
-  bool accepting_locked() const { return running_ && !shutdown_requested_; }
+  bool accepting_locked() const { return running_ && !stop_request_.asked(); }
   void MarkStoppedLocked() { running_ = false; }
   // Why the engine stopped, for requests made afterwards; set by whoever decides the stop. The
   // engine thread also reads it without the lock at teardown, as it did before the split.
@@ -59,9 +83,8 @@ class EngineLifetime {
   void set_stopped_status_locked(const Status& why) { stopped_status_ = why; }
   const EngineStopInfo& stop_info_locked() const { return stop_info_; }
 
-  // Teardown's exchange (engine_lifetime.cc): this rank's part, and the stop from everyone's parts
-  // (null: the exchange failed), with this rank's place in the job.
-  int StopFlagsLocked() const;
+  // Teardown's exchange (engine_lifetime.cc): the stop from everyone's parts (StopRequest::Flags;
+  // null: the exchange failed), with this rank's place in the job.
   void RecordStopLocked(const std::vector<int>* everyone, int rank, int size);
 
  private:
@@ -69,9 +92,7 @@ class EngineLifetime {
   // Start gave up on the engine thread (init timeout); set under mu_ unless setup_done_.
   std::atomic<bool> abandoned_{false};
   std::atomic<bool> running_{false};
-  bool shutdown_requested_ = false;
-  bool process_exiting_ = false;  // shutdown(process_exiting): this process is ending
-  bool init_gave_up_ = false;     // Setup completed after an init timeout: this engine only stops
+  StopRequest stop_request_;
   bool setup_done_ = false;       // the engine thread is past Setup and will run
   EngineStopInfo stop_info_;      // set when the engine thread ends
   Status stopped_status_;         // why the engine stopped, for requests made afterwards

@@ -1,7 +1,10 @@
 // The engine's side of the watchdog (watchdog.h): the ranks' hosts, learned at Setup so that a
 // report can name them, and what a backend call that never returns does to this process.
-#include "core/engine.h"
+#include "core/engine_watchdog.h"
 
+#include <vector>
+
+#include "backends/mpi/mpi_backend.h"
 #include "core/process_exit.h"
 
 namespace collectives {
@@ -13,19 +16,19 @@ constexpr double kWatchdogGraceS = 5.0;
 
 }  // namespace
 
-Status Engine::StartWatchdog() {
+Status EngineWatchdog::Start(std::atomic<const char*>* step) {
   if (config_.stall_shutdown_s <= 0) return Status::Ok();  // never fires: no thread, no exchange
-  setup_step_ = "MPI_Allgather of the ranks' host names";
+  *step = "MPI_Allgather of the ranks' host names";
   std::vector<std::string> hosts;
   Status st = MpiBackend::HostNames(job_.comm, &hosts);
   if (!st.ok()) return st;
-  monitors_.watchdog.AddSet(0, process_sets_.whole_job().ranks);
+  monitors_.watchdog.AddSet(0, sets_.whole_job().ranks);
   monitors_.watchdog.Start(config_.stall_shutdown_s, kWatchdogGraceS, job_.rank, std::move(hosts),
                   [this](const std::string& message) { OnBackendStall(message); });
   return Status::Ok();
 }
 
-void Engine::OnBackendStall(const std::string& message) {
+void EngineWatchdog::OnBackendStall(const std::string& message) {
   // Runs on the watchdog's thread while the engine thread is stuck in MPI for good: the engine
   // is abandoned as after an init() timeout (never destroyed, shutdown() returns at once, MPI is
   // not finalized at exit), later calls raise with this message, and every waiting handle fails.

@@ -41,4 +41,23 @@ void SubmissionQueue::Release(const Pending& p) {
   if (it != announced_.end() && --it->second <= 0) announced_.erase(it);
 }
 
+bool SubmissionQueue::AnnounceLocked(std::vector<Request>&& reqs, const std::string& reason, Clock::time_point now) {
+  bool any = false;
+  for (Request& q : reqs) {
+    // A name already in flight here is this rank's own earlier request, which goes on; an
+    // unknown operation cannot match anything the other ranks submit.
+    if (q.name.empty() || !IsValidOpType(static_cast<int32_t>(q.op)) || q.op == OpType::JOIN || InFlight(q.name))
+      continue;
+    if (!IsValidDataType(static_cast<int32_t>(q.dtype))) q.dtype = DataType::UINT8;
+    if (!IsValidReduceOp(static_cast<int32_t>(q.reduce_op))) q.reduce_op = ReduceOp::SUM;
+    Pending p;
+    p.request = std::move(q);
+    p.request.failure = reason.empty() ? "invalid input" : reason;
+    p.enqueued = now;
+    AddAnnounced(std::move(p));  // no handle: the caller already has its exception
+    any = true;
+  }
+  return any;
+}
+
 }  // namespace collectives

@@ -21,8 +21,12 @@ class SubmissionQueue {
   // Queues a submission under a new handle, which it returns; its name is in flight from now on.
   int64_t Add(Pending&& p);
   // Queues an error submission (no handle: its caller already has the exception). Its name is
-  // not blocked: a new request under it waits in the negotiator (Negotiator::held_) instead.
+  // not blocked: a new request under it waits in the negotiator (PendingTable::Hold) instead.
   void AddAnnounced(Pending&& p);
+  // Queues error submissions of these requests (request.failure set to `reason`), but for names
+  // already in flight here (this rank's own earlier request, which goes on) and requests that
+  // cannot match anything the other ranks submit. Whether any was queued (then the engine rings).
+  bool AnnounceLocked(std::vector<Request>&& requests, const std::string& reason, Clock::time_point now);
 
   // The last `n` entries are a waiting caller's, which runs the cycle for them itself
   // (engine_inline.cc): the engine thread does not start one for them.

@@ -11,7 +11,7 @@
 // alone decides whether a group has such a step, so all members agree at the same point.
 #include <cstring>
 
-#include "execution/executor.h"
+#include "execution/device_executor.h"
 #include "gpu/gpu_loader.h"
 #include "common/log.h"
 
@@ -41,19 +41,30 @@ int64_t RowBytes(const Request& q) {
 
 bool Staged(const Response& r) {
   return (r.op == OpType::ALLREDUCE || r.op == OpType::REDUCESCATTER) &&
-         !NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale);
+         !NcclCanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale);
 }
 
 }  // namespace
 
-void Executor::ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps,
+void DeviceExecutor::Load(const std::string& cuda_driver_library, const std::string& nccl_library,
+                          const std::string& nccl_problem) {
+  gpu::Libraries::Get().Load(cuda_driver_library, nccl_library, nccl_problem);
+  nccl_.reset(new NcclBackend());
+}
+
+void DeviceExecutor::Shutdown(const Status& why) {
+  if (nccl_) nccl_->Shutdown(why);
+  nccl_.reset();
+}
+
+void DeviceExecutor::ExecuteGroup(const ExecutionContext& ctx, StagedHostPath& host, const ProcessSet& ps,
                                   const std::vector<const Response*>& group, const std::vector<Pending*>& entries) {
   if (ctx.timeline.active())
     for (Pending* p : entries)
       if (p) ctx.timeline.Begin(p->request.name, DeviceEvent(group[0]->op));
   std::vector<Result> results(group.size());
   std::vector<std::shared_ptr<void>> keep;
-  Status st = RunDeviceGroup(ctx, ps, group, entries, &results, &keep);
+  Status st = RunGroup(ctx, host, ps, group, entries, &results, &keep);
   if (!st.ok() && st.code == StatusCode::INTERNAL) Log(LogLevel::ERROR, st.message);
 
   struct Item {
@@ -78,11 +89,12 @@ void Executor::ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet&
   }
   // Even after a failure, work may be queued on the stream over the callers' buffers: the
   // handles complete only once the stream has passed it.
-  nccl_->Complete(ps.id, [finish, st](const Status& done) { finish(st.ok() ? done : st); }, std::move(keep));
+  nccl_->completion().Complete(ps.id, [finish, st](const Status& done) { finish(st.ok() ? done : st); }, std::move(keep));
 }
 
-Status Executor::RunStaged(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r, Pending* p,
-                           Result* result, std::vector<std::shared_ptr<void>>* keep) {
+Status DeviceExecutor::RunStaged(const ExecutionContext& ctx, StagedHostPath& host, const ProcessSet& ps,
+                                 const Response& r, Pending* p, Result* result,
+                                 std::vector<std::shared_ptr<void>>* keep) {
   const Request& q = p->request;
   const int64_t esize = DataTypeSize(q.dtype);
   const int64_t n = NumElements(q.shape);
@@ -95,22 +107,22 @@ Status Executor::RunStaged(const ExecutionContext& ctx, const ProcessSet& ps, co
   auto out = std::make_shared<HostBuffer>(out_n * esize);
   keep->push_back(in);
   keep->push_back(out);
-  Status local = nccl_->Start(p->gpu_device, config_.spin, config_.stall_check_s, config_.stall_shutdown_s);
-  if (local.ok()) local = nccl_->WaitFor(p->ready);
-  if (local.ok()) local = nccl_->CopyDeviceToHost(in->data(), p->input, n * esize);
-  if (local.ok()) local = nccl_->Synchronize();
+  Status local = nccl_->Start(p->gpu_device, settings_.spin, settings_.stall_check_s, settings_.stall_shutdown_s);
+  if (local.ok()) local = nccl_->stream().WaitFor(p->ready);
+  if (local.ok()) local = nccl_->stream().CopyDeviceToHost(in->data(), p->input, n * esize);
+  if (local.ok()) local = nccl_->stream().Synchronize();
   // The other members are about to enter the MPI call: take part even after a local failure.
   if (!local.ok() && n) std::memset(in->data(), 0, static_cast<size_t>(n * esize));
-  Pending host = *p;
-  host.input = in->data();
-  host.output = out->data();
-  Status st = ExecuteOne(ctx, ps, r, host, result);
+  Pending staged = *p;
+  staged.input = in->data();
+  staged.output = out->data();
+  Status st = host.RunOnHost(ctx, ps, r, &staged, result);
   if (!local.ok()) return local;
   if (!st.ok()) return st;
-  return nccl_->CopyHostToDevice(p->output, out->data(), out_n * esize);
+  return nccl_->stream().CopyHostToDevice(p->output, out->data(), out_n * esize);
 }
 
-Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps,
+Status DeviceExecutor::RunGroup(const ExecutionContext& ctx, StagedHostPath& host, const ProcessSet& ps,
                                 const std::vector<const Response*>& group, const std::vector<Pending*>& entries,
                                 std::vector<Result>* results, std::vector<std::shared_ptr<void>>* keep) {
   const Response& r = *group[0];
@@ -120,8 +132,8 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
     Status first;
     for (size_t k = 0; k < group.size(); ++k) {
       // A joined rank contributes zeros over MPI, like the others' staged data.
-      Status st = entries[k] ? RunStaged(ctx, ps, *group[k], entries[k], &(*results)[k], keep)
-                             : ExecuteJoinedAllreduce(ctx, ps, *group[k]);
+      Status st = entries[k] ? RunStaged(ctx, host, ps, *group[k], entries[k], &(*results)[k], keep)
+                             : host.RunOnHost(ctx, ps, *group[k], nullptr, nullptr);
       if (first.ok()) first = st;
     }
     return first;
@@ -131,9 +143,9 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
   int dev = ctx.gpu_device;
   if (dev < 0 && gpu::Libraries::Get().available()) {
     const int count = gpu::Runtime::Get().DeviceCount();
-    if (count > 0) dev = config_.local_rank % count;
+    if (count > 0) dev = settings_.local_rank % count;
   }
-  Status local = dev >= 0 ? nccl_->Start(dev, config_.spin, config_.stall_check_s, config_.stall_shutdown_s)
+  Status local = dev >= 0 ? nccl_->Start(dev, settings_.spin, settings_.stall_check_s, settings_.stall_shutdown_s)
                           : Status::Error(StatusCode::UNSUPPORTED_TYPE,
                                           "this rank cannot take part in a GPU collective: " +
                                               (gpu::Libraries::Get().available() ? std::string("no GPU device")
@@ -143,7 +155,7 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
   if (!st.ok()) return local.ok() ? st : local;
   for (Pending* p : entries) {
     if (!p) continue;
-    if (local.ok()) local = nccl_->WaitFor(p->ready);
+    if (local.ok()) local = nccl_->stream().WaitFor(p->ready);
     p->ready.reset();  // the wait is enqueued; the event may be recorded again
   }
 
@@ -151,8 +163,8 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
   // launch. A member whose part cannot run without an agreement step aborts the set's
   // communicator: the others launched, and what follows on it must fail, not run out of step.
   auto agree_or_abort = [&](bool agreement) {
-    if (agreement) return nccl_->Agree(ps, local);
-    if (!local.ok()) nccl_->Abort(ps.id, local.message);
+    if (agreement) return NcclCommunicators::Agree(ps, local);
+    if (!local.ok()) nccl_->communicators().Abort(ps.id, local.message);
     return local;
   };
   const int64_t esize = DataTypeSize(r.dtype);
@@ -160,11 +172,11 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
     case OpType::ALLREDUCE: {
       // join_mode is the same on every rank: a joined one reduces zeros from the fusion buffer.
       const bool fused = group.size() > 1 || ctx.join_mode;
-      const bool custom = NcclBackend::NeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale);
+      const bool custom = NcclNeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale);
       // A fused group's scale factors go into its copies (the prescale when packing, the
       // postscale when unpacking, Horovod's order) where every member has the copy kernel:
       // agreed per set, so every member launches the same reduction operator.
-      const bool scale_in_copies = fused && custom && nccl_->ScalesInKernel(ps.id, r.dtype);
+      const bool scale_in_copies = fused && custom && nccl_->communicators().ScalesInKernel(ps.id, r.dtype);
       NcclBackend::RedOp op;
       if (local.ok())
         local = scale_in_copies ? nccl_->MakeRedOp(ps.id, r.dtype, r.reduce_op, 1.0, 1.0, ps.size(), &op)
@@ -182,7 +194,7 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
       int64_t total = 0;
       for (const Response* g : group) total += Bytes(*g);
       void* buf = nullptr;
-      if (local.ok()) local = nccl_->FusionBuffer(total, &buf);
+      if (local.ok()) local = nccl_->stream().FusionBuffer(total, &buf);
       // One batched copy in, one out (a joined rank's zeros are a memset).
       std::vector<gpu::Copy> in, out;
       int64_t off = 0;
@@ -192,15 +204,15 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
           in.push_back(gpu::Copy{At(buf, off), entries[k]->input, b});
           out.push_back(gpu::Copy{entries[k]->output, At(buf, off), b});
         } else {
-          local = nccl_->Zero(At(buf, off), b);
+          local = nccl_->stream().Zero(At(buf, off), b);
         }
         off += b;
       }
-      if (local.ok()) local = nccl_->CopyMany(in, r.dtype, scale_in_copies ? r.prescale : 1.0);
+      if (local.ok()) local = nccl_->stream().CopyMany(in, r.dtype, scale_in_copies ? r.prescale : 1.0);
       st = agree_or_abort(true);
       if (st.ok()) st = nccl_->Allreduce(ps.id, buf, buf, total / esize, r.dtype, op);
       nccl_->FreeRedOp(ps.id, op);
-      if (st.ok()) st = nccl_->CopyMany(out, r.dtype, scale_in_copies ? r.postscale : 1.0);
+      if (st.ok()) st = nccl_->stream().CopyMany(out, r.dtype, scale_in_copies ? r.postscale : 1.0);
       return st;
     }
     case OpType::BROADCAST: {
@@ -220,7 +232,7 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
         rows += d;
       }
       Result& res = (*results)[0];
-      if (local.ok()) local = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      if (local.ok()) local = nccl_->stream().AllocateOutput(rows * row_bytes, &res.device_output);
       st = agree_or_abort(true);
       if (!st.ok()) {
         res.device_output.reset();
@@ -247,7 +259,7 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
         res.received_splits.push_back(recv_rows);
         rows += recv_rows;
       }
-      if (local.ok()) local = nccl_->AllocateOutput(rows * row_bytes, &res.device_output);
+      if (local.ok()) local = nccl_->stream().AllocateOutput(rows * row_bytes, &res.device_output);
       st = agree_or_abort(true);
       if (!st.ok()) {
         res.device_output.reset();
@@ -269,7 +281,7 @@ Status Executor::RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& p
       for (int peer = 0; peer < n_set; ++peer) counts.push_back((dim0 / n_set + (peer < dim0 % n_set ? 1 : 0)) * row_elems);
       NcclBackend::RedOp op;
       if (local.ok()) local = nccl_->MakeRedOp(ps.id, r.dtype, r.reduce_op, r.prescale, r.postscale, n_set, &op);
-      st = agree_or_abort(NcclBackend::NeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale));
+      st = agree_or_abort(NcclNeedsCustomOp(r.dtype, r.reduce_op, r.prescale, r.postscale));
       if (st.ok()) st = nccl_->ReduceScatter(ps.id, p->input, p->output, counts, r.dtype, op, ps.set_rank);
       nccl_->FreeRedOp(ps.id, op);
       return st;

@@ -10,7 +10,6 @@
 
 #include "host_math/buffer_math.h"
 #include "common/log.h"
-#include "gpu/gpu_loader.h"
 
 namespace collectives {
 namespace {
@@ -70,6 +69,7 @@ const ProcessSet* FindSet(const std::map<int32_t, ProcessSet>& sets, int32_t id)
 Status Executor::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const ExecutorConfig& config,
                       std::atomic<const char*>* step) {
   config_ = config;
+  device_.Configure({config.local_rank, config.spin, config.stall_check_s, config.stall_shutdown_s});
   Status st = backend_.Init();
   if (!st.ok()) return st;
   HostAlgorithmSettings settings;
@@ -81,25 +81,15 @@ Status Executor::Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const Execu
   return algorithms_.Init(comm, local, cross, settings, step);
 }
 
-void Executor::InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
-                          const std::string& nccl_problem) {
-  gpu::Libraries::Get().Load(cuda_driver_library, nccl_library, nccl_problem);
-  nccl_.reset(new NcclBackend());
-}
-
-void Executor::ShutdownDevice(const Status& why) {
-  if (nccl_) nccl_->Shutdown(why);
-  nccl_.reset();
-}
-
 void Executor::Release() {
   backend_.Finalize();
   fusion_.reset();
   algorithms_.Release();
 }
 
-void Executor::ReleaseSet(int32_t process_set) {
-  if (nccl_) nccl_->Release(process_set);  // its NCCL communicator goes once its GPU work is done
+Status Executor::RunOnHost(const ExecutionContext& ctx, const ProcessSet& ps, const Response& resp, Pending* p,
+                           Result* result) {
+  return p ? ExecuteOne(ctx, ps, resp, *p, result) : ExecuteJoinedAllreduce(ctx, ps, resp);
 }
 
 void* Executor::FusionBuffer(int64_t bytes) {
@@ -146,7 +136,7 @@ int64_t Executor::MaxFusedBytes(const Response& r, int64_t fusion_threshold) con
   // GPU: copies run at hundreds of GB/s while each NCCL launch costs tens of microseconds,
   // so everything up to the threshold is fused (Horovod's rule); reductions NCCL cannot do
   // are staged through the host one by one.
-  return NcclBackend::CanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale) ? fusion_threshold : 0;
+  return NcclCanReduce(r.dtype, r.reduce_op, r.prescale, r.postscale) ? fusion_threshold : 0;
 }
 
 void Executor::PostReduce(const ProcessSet& ps, const Response& r, void* buf, int64_t n) {
@@ -353,7 +343,7 @@ void Executor::Execute(CyclePlan& plan, const ExecutionContext& ctx) {
         rs.push_back(&responses[k]);
         ps.push_back(entries[k]);
       }
-      ExecuteDeviceGroup(ctx, *sets[i], rs, ps);
+      device_.ExecuteGroup(ctx, *this, *sets[i], rs, ps);
       continue;
     }
     if (group.size() > 1) {

@@ -23,7 +23,8 @@
 #include "operation/handle_table.h"
 #include "operation/message.h"
 #include "backends/mpi/mpi_backend.h"
-#include "backends/nccl/nccl_backend.h"
+#include "execution/device_executor.h"
+#include "execution/execution_context.h"
 #include "execution/execution_listener.h"
 #include "execution/host_algorithms.h"
 #include "operation/pending.h"
@@ -31,23 +32,8 @@
 #include "negotiation/cycle_plan.h"
 #include "negotiation/negotiator.h"
 #include "common/status.h"
-#include "monitor/timeline.h"
-#include "monitor/watchdog.h"
 
 namespace collectives {
-
-// What one cycle's execution reads and changes of the engine's state. All of it belongs to
-// whoever runs the cycle (the engine's cycle_mu_), except what the listener locks itself.
-struct ExecutionContext {
-  const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
-  Timeline& timeline;
-  Watchdog& watchdog;    // times the blocking backend calls
-  ExecutionListener& engine;
-  bool joined;     // this rank called join(): it contributes zeros to allreduces it did not submit
-  bool join_mode;  // some rank has joined (the same on every rank)
-  int64_t fusion_threshold;            // as the autotuner leaves it
-  const std::atomic<int>& gpu_device;  // this process's GPU (-1 until a GPU tensor is submitted)
-};
 
 // What execution keeps from the engine's setup.
 struct ExecutorConfig {
@@ -63,24 +49,15 @@ struct ExecutorConfig {
   double stall_shutdown_s = 1800.0;  // ...and aborted after this (0: never)
 };
 
-class Executor final : public AllreduceRouting {
+class Executor final : public AllreduceRouting, private StagedHostPath {
  public:
   // The host backends and algorithms, on the engine's communicators (collective over `comm`).
   // `step`: what setup waits for, for the init timeout's message.
   Status Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, const ExecutorConfig& config,
               std::atomic<const char*>* step);
-  // Loads the GPU libraries that Python found (collectives/gpu_libs.py; `nccl_problem`: why NCCL
-  // was not) and makes the NCCL backend, whose stream starts at the first GPU tensor.
-  void InitDevice(const std::string& cuda_driver_library, const std::string& nccl_library,
-                  const std::string& nccl_problem);
-  // GPU work launched and not finished yet; `idle` runs (on the completion thread) whenever the
-  // last of it finishes.
-  bool GpuBusy() const { return nccl_ && nccl_->Busy(); }
-  int64_t GpuAllreduceLaunches() const { return nccl_ ? nccl_->allreduce_launches() : 0; }
-  void OnGpuIdle(std::function<void()> idle) { nccl_->OnIdle(std::move(idle)); }
-  // GPU work already launched finishes (or is aborted after a grace period) and completes its
-  // handles; then the NCCL communicators go.
-  void ShutdownDevice(const Status& why);
+  // Tensors in GPU memory: the NCCL backend, its loading, its shutdown (device_executor.h).
+  DeviceExecutor& device() { return device_; }
+  const DeviceExecutor& device() const { return device_; }
   // Frees the host backends' resources (no collective).
   void Release();
 
@@ -89,7 +66,7 @@ class Executor final : public AllreduceRouting {
   // requests a removed process set left waiting; the negotiator finishes the cycle with that.
   void Execute(CyclePlan& plan, const ExecutionContext& ctx);
   // A removed process set's NCCL communicator goes once its GPU work is done.
-  void ReleaseSet(int32_t process_set);
+  void ReleaseSet(int32_t process_set) { device_.ReleaseSet(process_set); }
 
   // Whether the algorithm that takes an allreduce of the whole job keeps it off the negotiation
   // (negotiator.h): the hierarchical one.
@@ -122,19 +99,15 @@ class Executor final : public AllreduceRouting {
   // The scaling after a reduction (Average's division, the postscale).
   static void PostReduce(const ProcessSet& ps, const Response& resp, void* buf, int64_t count);
 
-  // device_executor.cc: tensors in GPU memory, on the NCCL backend.
-  void ExecuteDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,
-                          const std::vector<Pending*>& entries);
-  Status RunDeviceGroup(const ExecutionContext& ctx, const ProcessSet& ps, const std::vector<const Response*>& group,
-                        const std::vector<Pending*>& entries, std::vector<Result>* results,
-                        std::vector<std::shared_ptr<void>>* keep);
-  Status RunStaged(const ExecutionContext& ctx, const ProcessSet& ps, const Response& r, Pending* p, Result* result,
-                   std::vector<std::shared_ptr<void>>* keep);
+  // The device executor's staged reductions (StagedHostPath): ExecuteOne, or on a joined rank
+  // (null `p`) ExecuteJoinedAllreduce.
+  Status RunOnHost(const ExecutionContext& ctx, const ProcessSet& ps, const Response& resp, Pending* p,
+                   Result* result) override;
 
   ExecutorConfig config_;
   MpiBackend backend_;
   HostAlgorithms algorithms_;  // which host algorithm runs each allreduce and allgather
-  std::unique_ptr<NcclBackend> nccl_;  // GPU tensors; its stream starts at the first one
+  DeviceExecutor device_;  // GPU tensors
   std::unique_ptr<HostBuffer> fusion_;
 };
 

@@ -31,39 +31,16 @@
 // all; max_samples caps the search (the rematch's two samples come on top).
 // A parameter the user set explicitly is not searched.
 #pragma once
-#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <mutex>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include "common/status.h"
+#include "monitor/autotune_sampling.h"
+#include "monitor/autotune_search.h"
+#include "monitor/tuned_params.h"
 
 namespace collectives {
-
-// What the tuner sets; identical on every rank at every cycle.
-struct TunedParams {
-  int64_t fusion_threshold = 0;
-  double cycle_time_ms = 1.0;
-  bool hierarchical_allreduce = false;
-  bool hierarchical_allgather = false;
-};
-
-struct AutotuneSettings {
-  bool enabled = false;
-  std::string log_path;  // CSV written by rank 0 ("" : none)
-  int warmup_samples = 3;
-  int steps_per_sample = 10;
-  int max_samples = 20;  // scored samples at most (HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES)
-  // Set explicitly by the user: kept as configured.
-  bool fusion_threshold_fixed = false;
-  bool cycle_time_fixed = false;
-  bool hierarchical_allreduce_fixed = false;
-  bool hierarchical_allgather_fixed = false;
-  bool cache_enabled = true;  // only written to the log's cache_enabled column (not tuned)
-};
 
 // A snapshot for Python (any thread).
 struct AutotuneState {
@@ -76,10 +53,8 @@ struct AutotuneState {
 
 class Autotuner {
  public:
-  using Clock = std::chrono::steady_clock;
-  static constexpr int kScoresPerSample = 5;  // Horovod's SAMPLES: a sample is their median
-  static constexpr double kMinGain = 0.03;    // a challenger must beat the best by 3%
-  static constexpr int kPackedSize = 7;       // doubles broadcast at a decision point
+  using Clock = SampleScorer::Clock;
+  static constexpr int kPackedSize = 7;  // doubles broadcast at a decision point
 
   // `hierarchical_*_possible`: the job's layout allows the algorithm (hierarchical.h). Rank 0
   // opens the log. Tuning starts at once when something is left to tune.
@@ -91,10 +66,10 @@ class Autotuner {
   bool tuning() const { return tuning_; }
 
   // One executed data operation of the current cycle (every rank, the same names in each cycle).
-  void Count(const std::string& name, int64_t bytes);
+  void Count(const std::string& name, int64_t bytes) { scorer_.Count(name, bytes); }
   // The cycle that started at `start` is over. True: a decision point, the same cycle on every
   // rank; rank 0 then calls Decide, the engine broadcasts the packed doubles, every rank Applies.
-  bool EndCycle(Clock::time_point start, Clock::time_point end);
+  bool EndCycle(Clock::time_point start, Clock::time_point end) { return scorer_.EndCycle(start, end); }
   // Rank 0: scores the finished sample, logs it, chooses what comes next.
   void Decide(double packed[kPackedSize]);
   // Every rank: the parameters to use from the next cycle on (and whether tuning goes on).
@@ -103,38 +78,9 @@ class Autotuner {
   AutotuneState state() const;
 
  private:
-  enum Coordinate { FUSION, CYCLE, HIER_ALLREDUCE, HIER_ALLGATHER, NUM_COORDINATES };
-  TunedParams With(Coordinate c, double value) const;  // best_ with one coordinate changed
-  bool NextCandidate();                                // sets current_; false when the search is over
-  void WriteRow(const TunedParams& p, double score);
-
-  AutotuneSettings settings_;
-  int rank_ = 0;
   bool tuning_ = false;
-
-  // Counting (every rank).
-  std::unordered_map<std::string, int64_t> counts_;  // executions of each name since tuning began
-  int64_t scores_done_ = 0;
-  int64_t bytes_ = 0;
-  bool cycle_worked_ = false;    // Count was called since the last EndCycle
-  bool score_complete_ = false;  // some name reached steps_per_sample executions
-  bool score_started_ = false;
-  Clock::time_point score_start_;
-  std::vector<double> scores_;  // of the current sample
-  int warmup_left_ = 0;
-  double sample_score_ = 0;  // the median, kept for Decide
-
-  // The search (rank 0).
-  std::vector<double> candidates_[NUM_COORDINATES];  // values to try per coordinate (empty: fixed)
-  int coordinate_ = -1, next_index_ = 0;
-  TunedParams start_, current_, best_;
-  // After the search, a winner other than the starting point is measured once more against it
-  // (start first, then the winner): one lucky sample on a noisy machine does not decide.
-  enum Phase { SEARCH, REMATCH_START, REMATCH_BEST } phase_ = SEARCH;
-  double start_rematch_ = 0;
-  double best_score_ = -1;  // < 0: the starting point is not scored yet
-  int scored_ = 0;
-  std::ofstream log_;
+  SampleScorer scorer_;     // every rank
+  ParameterSearch search_;  // rank 0 decides
 
   mutable std::mutex state_mu_;
   AutotuneState state_;  // under state_mu_

@@ -43,7 +43,7 @@ const char* BackendCallName(BackendCall call) {
   return "a backend call";
 }
 
-void Watchdog::Enter(BackendCall call, int32_t set, const std::string* tensor, int fused) noexcept {
+void CurrentCall::Enter(BackendCall call, int32_t set, const std::string* tensor, int fused) noexcept {
   // Keeps the stores below after the previous Leave's for a reader that sees them (Read).
   std::atomic_thread_fence(std::memory_order_release);
   const uint64_t f = static_cast<uint64_t>(std::min(std::max(fused, 1), 65535));
@@ -59,7 +59,7 @@ void Watchdog::Enter(BackendCall call, int32_t set, const std::string* tensor, i
   calls_.store((calls_.load(std::memory_order_relaxed) + 1) | 1, std::memory_order_release);
 }
 
-bool Watchdog::Read(uint64_t calls, Snapshot* out) const {
+bool CurrentCall::Read(uint64_t calls, Snapshot* out) const {
   const uint64_t site = site_.load(std::memory_order_relaxed);
   uint64_t words[kLabelWords];
   for (int i = 0; i < kLabelWords; ++i) words[i] = label_[i].load(std::memory_order_relaxed);
@@ -120,7 +120,7 @@ void Watchdog::Run() {
   while (true) {
     cv_.wait_for(lock, check, [this] { return stop_; });
     if (stop_) return;
-    const uint64_t calls = calls_.load(std::memory_order_acquire);
+    const uint64_t calls = current_.count();
     const auto now = Clock::now();
     if (!(calls & 1)) {
       watched = 0;
@@ -131,8 +131,8 @@ void Watchdog::Run() {
       since = now;
       continue;
     }
-    Snapshot s;
-    if (now - since < limit || !Read(calls, &s)) continue;
+    CurrentCall::Snapshot s;
+    if (now - since < limit || !current_.Read(calls, &s)) continue;
     const std::string message = Describe(s);
     lock.unlock();
     Log(LogLevel::FATAL, message);
@@ -144,7 +144,7 @@ void Watchdog::Run() {
   }
 }
 
-std::string Watchdog::Describe(const Snapshot& s) const {
+std::string Watchdog::Describe(const CurrentCall::Snapshot& s) const {
   std::ostringstream os;
   // collectives/launcher/supervise.py recognises reports by this start.
   os << "stalled in a backend call: " << BackendCallName(s.call);

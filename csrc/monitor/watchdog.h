@@ -44,6 +44,37 @@ enum class BackendCall : uint8_t {
 // "MPI_Allreduce of the negotiation" and the like.
 const char* BackendCallName(BackendCall call);
 
+// The blocking call the engine thread is inside, if any: written by the engine thread (Enter,
+// Leave), read by the watchdog's thread seqlock-style (count, Read) without a lock.
+class CurrentCall {
+ public:
+  struct Snapshot {
+    BackendCall call = BackendCall::NONE;
+    int32_t set = 0;
+    int fused = 1;
+    std::string tensor;
+  };
+
+  void Enter(BackendCall call, int32_t set, const std::string* tensor, int fused) noexcept;
+  void Leave() noexcept {
+    // Even again (and no change when not inside a call).
+    calls_.store((calls_.load(std::memory_order_relaxed) + 1) & ~uint64_t{1}, std::memory_order_release);
+  }
+  // Odd while inside a call; each Enter and Leave adds one.
+  uint64_t count() const { return calls_.load(std::memory_order_acquire); }
+  // The call that `calls` (a count()) numbered; false when it ended meanwhile.
+  bool Read(uint64_t calls, Snapshot* out) const;
+
+ private:
+  static constexpr int kLabelWords = 8;  // the tensor name, truncated to 63 bytes
+  static constexpr int kHasLabelBit = 56;  // in site_: the call has a tensor name
+
+  // The call's description is written before the odd count is published.
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> site_{0};  // call | set << 8 | min(fused, 65535) << 40 | has label << 56
+  std::atomic<uint64_t> label_[kLabelWords] = {};
+};
+
 class Watchdog {
  public:
   // Called once, on the watchdog's thread, with the line it logged; must not block.
@@ -65,11 +96,10 @@ class Watchdog {
 
   // Engine thread only, around a blocking backend call. `tensor`: the (first) tensor's name, or
   // null; `fused`: how many tensors share the call.
-  void Enter(BackendCall call, int32_t set, const std::string* tensor = nullptr, int fused = 1) noexcept;
-  void Leave() noexcept {
-    // Even again (and no change when not inside a call).
-    calls_.store((calls_.load(std::memory_order_relaxed) + 1) & ~uint64_t{1}, std::memory_order_release);
+  void Enter(BackendCall call, int32_t set, const std::string* tensor = nullptr, int fused = 1) noexcept {
+    current_.Enter(call, set, tensor, fused);
   }
+  void Leave() noexcept { current_.Leave(); }
 
   // Runs `f` (one blocking call) marked.
   template <typename F>
@@ -81,24 +111,11 @@ class Watchdog {
   }
 
  private:
-  static constexpr int kLabelWords = 8;  // the tensor name, truncated to 63 bytes
-  static constexpr int kHasLabelBit = 56;  // in site_: the call has a tensor name
-  struct Snapshot {
-    BackendCall call = BackendCall::NONE;
-    int32_t set = 0;
-    int fused = 1;
-    std::string tensor;
-  };
   void Run();
-  bool Read(uint64_t calls, Snapshot* out) const;
-  std::string Describe(const Snapshot& s) const;  // mu_ held
-  std::string Peers(int32_t set) const;           // mu_ held
+  std::string Describe(const CurrentCall::Snapshot& s) const;  // mu_ held
+  std::string Peers(int32_t set) const;                        // mu_ held
 
-  // Odd while the engine thread is inside a call; each Enter and Leave adds one. The call's
-  // description is written before the odd value is published and is read seqlock-style.
-  std::atomic<uint64_t> calls_{0};
-  std::atomic<uint64_t> site_{0};  // call | set << 8 | min(fused, 65535) << 40 | has label << 56
-  std::atomic<uint64_t> label_[kLabelWords] = {};
+  CurrentCall current_;  // the engine thread's blocking call, read without a lock
 
   double limit_s_ = 0, grace_s_ = 0;
   int rank_ = 0;

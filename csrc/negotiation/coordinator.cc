@@ -37,26 +37,17 @@ bool FindMismatch(const std::vector<Request>& reqs, F key, Fmt fmt, const std::s
 }  // namespace
 
 Coordinator::Coordinator(int size, double stall_check_s, double stall_shutdown_s)
-    : size_(size), stall_check_(Seconds(stall_check_s)), stall_shutdown_(Seconds(stall_shutdown_s)) {
-  joined_.assign(static_cast<size_t>(size), false);
-  for (int r = 0; r < size; ++r) all_ranks_.push_back(r);
-}
-
-void Coordinator::AddProcessSet(int32_t id, const std::vector<int>& ranks) { sets_[id] = ranks; }
-
-void Coordinator::RemoveProcessSet(int32_t id) { sets_.erase(id); }
-
-const std::vector<int>* Coordinator::Members(int32_t process_set) const {
-  if (process_set == 0) return &all_ranks_;
-  auto it = sets_.find(process_set);
-  return it == sets_.end() ? nullptr : &it->second;
-}
+    : size_(size),
+      members_(size),
+      joins_(size),
+      stall_check_(Seconds(stall_check_s)),
+      stall_shutdown_(Seconds(stall_shutdown_s)) {}
 
 bool Coordinator::Ready(const Entry& e) const {
-  const std::vector<int>* members = Members(e.process_set);
+  const std::vector<int>* members = members_.Of(e.process_set);
   if (!members) return true;  // an unknown set: fail the request now rather than wait
   for (int m : *members)
-    if (!e.have[static_cast<size_t>(m)] && !joined_[static_cast<size_t>(m)]) return false;
+    if (!e.have[static_cast<size_t>(m)] && !joins_.joined(m)) return false;
   return true;
 }
 
@@ -67,24 +58,11 @@ void Coordinator::Complete(const std::string& name) {
   Emit(std::move(resp));
 }
 
-void Coordinator::OnJoin(const Request& q, Clock::time_point now) {
-  const size_t r = static_cast<size_t>(q.rank);
-  if (r >= joined_.size() || joined_[r]) return;
-  if (joined_count_ == 0) {
-    first_join_ = now;
-    join_warned_ = now;
-  }
-  joined_[r] = true;
-  ++joined_count_;
-  last_joined_ = q.rank;
-  join_name_ = q.name;
-}
-
 void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
   bool joins = false;
   for (Request& q : reqs) {
     if (q.op == OpType::JOIN) {
-      OnJoin(q, now);
+      joins_.Add(q, now);
       joins = true;
       continue;
     }
@@ -123,16 +101,8 @@ void Coordinator::Add(std::vector<Request>&& reqs, Clock::time_point now) {
     if (Ready(kv.second)) names.push_back(kv.first);
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) Complete(name);
-  if (joined_count_ == size_) {
-    Response done;
-    done.name = join_name_;
-    done.op = OpType::JOIN;
-    done.root = last_joined_;  // join() returns the last rank to join
-    Emit(std::move(done));
-    joined_.assign(static_cast<size_t>(size_), false);
-    joined_count_ = 0;
-    last_joined_ = -1;
-  }
+  Response done;
+  if (joins_.TakeCompleted(&done)) Emit(std::move(done));
 }
 
 std::string Coordinator::TrackGroup(const Request& q) {
@@ -162,9 +132,9 @@ std::string Coordinator::TrackGroup(const Request& q) {
   }
   // Forget the group once every rank that named it sent all the members it announced (the
   // name may be reused by the next step); a rank that sent nothing is a stall, not a mismatch.
-  const std::vector<int>* members = Members(q.process_set);
+  const std::vector<int>* members = members_.Of(q.process_set);
   bool complete = true;
-  for (int m : members ? *members : all_ranks_)
+  for (int m : members ? *members : members_.all())
     complete = complete && t.declared[static_cast<size_t>(m)] != 0 &&
                t.seen[static_cast<size_t>(m)] >= t.declared[static_cast<size_t>(m)];
   std::string error = t.error;
@@ -240,11 +210,11 @@ Response Coordinator::Validate(const std::string& name, const Entry& e) const {
   Response resp;
   resp.name = name;
   resp.process_set = e.process_set;
-  const std::vector<int>* members = Members(e.process_set);
+  const std::vector<int>* members = members_.Of(e.process_set);
   // The submitted requests in member order, and the members that joined instead.
   std::vector<Request> q;
   std::vector<int> joined;
-  for (int m : members ? *members : all_ranks_) {
+  for (int m : members ? *members : members_.all()) {
     if (e.have[static_cast<size_t>(m)])
       q.push_back(e.by_rank[static_cast<size_t>(m)]);
     else
@@ -374,7 +344,7 @@ bool Coordinator::StallCheckDue(Clock::time_point now) const {
     if (warn && now - e.first_seen >= stall_check_ && (!e.warned || now - e.last_warned >= stall_check_)) return true;
     if (stall_shutdown_ > Clock::duration::zero() && now - e.first_seen >= stall_shutdown_) return true;
   }
-  return warn && joined_count_ > 0 && now - join_warned_ >= stall_check_;
+  return warn && joins_.WarningDue(now, stall_check_);
 }
 
 void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* warnings, bool* shutdown,
@@ -388,12 +358,12 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
     const double waited = std::chrono::duration<double>(now - e.first_seen).count();
     std::vector<int> have, missing;
     OpType op = OpType::ALLREDUCE;
-    const std::vector<int>* members = Members(e.process_set);
-    for (int r : members ? *members : all_ranks_) {
+    const std::vector<int>* members = members_.Of(e.process_set);
+    for (int r : members ? *members : members_.all()) {
       if (e.have[static_cast<size_t>(r)]) {
         have.push_back(r);
         op = e.by_rank[static_cast<size_t>(r)].op;
-      } else if (!joined_[static_cast<size_t>(r)]) {
+      } else if (!joins_.joined(r)) {
         missing.push_back(r);
       }
     }
@@ -412,15 +382,7 @@ void Coordinator::CheckStalls(Clock::time_point now, std::vector<std::string>* w
     }
   }
   // Ranks that joined wait (by design) for the others; say so now and then, no shutdown.
-  if (warn && joined_count_ > 0 && now - join_warned_ >= stall_check_) {
-    join_warned_ = now;
-    std::vector<int> in, out;
-    for (int r = 0; r < size_; ++r) (joined_[static_cast<size_t>(r)] ? in : out).push_back(r);
-    std::ostringstream os;
-    os << "join(): ranks " << BracketedRanks(in) << " have joined and are waiting for ranks " << BracketedRanks(out) << " for "
-       << static_cast<int64_t>(std::chrono::duration<double>(now - first_join_).count()) << " s.";
-    warnings->push_back(os.str());
-  }
+  if (warn && joins_.WarningDue(now, stall_check_)) warnings->push_back(joins_.TakeWarning(now));
 }
 
 }  // namespace collectives

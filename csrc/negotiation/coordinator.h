@@ -1,15 +1,15 @@
 // Rank 0's view of negotiation: which ranks have submitted which names, validation that
 // they agree, the order in which ready tensors are executed, and stall detection. It also
-// tracks joined ranks (a name is ready once every member that has not joined submitted it)
-// and the members of each process set.
+// tracks joined ranks (JoinTracker: a name is ready once every member that has not joined
+// submitted it) and the members of each process set (SetMembers), both in join_tracker.h.
 #pragma once
 #include <chrono>
-#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
+#include "negotiation/join_tracker.h"
 #include "operation/message.h"
 
 namespace collectives {
@@ -19,8 +19,8 @@ class Coordinator {
   Coordinator(int size, double stall_check_s, double stall_shutdown_s);
 
   // Membership of process sets other than 0 (the whole job), kept in step with the engine.
-  void AddProcessSet(int32_t id, const std::vector<int>& ranks);
-  void RemoveProcessSet(int32_t id);
+  void AddProcessSet(int32_t id, const std::vector<int>& ranks) { members_.Add(id, ranks); }
+  void RemoveProcessSet(int32_t id) { members_.Remove(id); }
 
   // Requests received from the ranks this cycle.
   void Add(std::vector<Request>&& reqs, Clock::time_point now);
@@ -62,11 +62,8 @@ class Coordinator {
     std::string error;              // non-empty once the ranks disagreed
   };
 
-  // Global ranks of a process set; nullptr for an unknown set.
-  const std::vector<int>* Members(int32_t process_set) const;
   bool Ready(const Entry& e) const;
   void Complete(const std::string& name);
-  void OnJoin(const Request& q, Clock::time_point now);
   Response Validate(const std::string& name, const Entry& e) const;
   void Emit(Response&& r);
   // Records a grouped request; returns the group's error once ranks disagree on its size.
@@ -76,15 +73,8 @@ class Coordinator {
   Response ErrorResponse(const Request& q, const std::string& error) const;
 
   int size_;
-  std::vector<int> all_ranks_;
-  std::map<int32_t, std::vector<int>> sets_;
-  // Join: ranks that called join() since the last completed join.
-  std::vector<bool> joined_;
-  int joined_count_ = 0;
-  int last_joined_ = -1;
-  std::string join_name_;
-  Clock::time_point first_join_;
-  Clock::time_point join_warned_;
+  SetMembers members_;
+  JoinTracker joins_;  // ranks that called join() since the last completed join
   Clock::duration stall_check_;
   Clock::duration stall_shutdown_;
   std::unordered_map<std::string, Entry> table_;

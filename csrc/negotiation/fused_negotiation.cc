@@ -1,6 +1,5 @@
 #include "negotiation/fused_negotiation.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "host_math/half_math.h"
@@ -66,26 +65,6 @@ void CombinePayload(const void* acc, const void* in, void* out, DataType dtype, 
 
 }  // namespace
 
-bool FusedNegotiation::Eligible(DataType dtype, ReduceOp op, int64_t count) {
-  switch (dtype) {
-    case DataType::UINT8: case DataType::INT8: case DataType::INT16: case DataType::INT32:
-    case DataType::INT64: case DataType::FLOAT32: case DataType::FLOAT64: case DataType::FLOAT16:
-    case DataType::BFLOAT16:
-      break;
-    default:
-      return false;  // bool: the ordinary path
-  }
-  if (op != ReduceOp::SUM && op != ReduceOp::AVERAGE && op != ReduceOp::MIN && op != ReduceOp::MAX &&
-      op != ReduceOp::PRODUCT)
-    return false;
-  return count > 0 && count * DataTypeSize(dtype) <= kSharedPayloadBytes;  // Fits says for this cycle
-}
-
-uint64_t FusedNegotiation::Describe(int bit, DataType dtype, ReduceOp op, int64_t count) {
-  return static_cast<uint64_t>(bit + 1) | static_cast<uint64_t>(static_cast<uint8_t>(dtype)) << 20 |
-         static_cast<uint64_t>(static_cast<uint8_t>(op)) << 28 | static_cast<uint64_t>(count) << 36;
-}
-
 void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
   const uint64_t* in = static_cast<const uint64_t*>(in_v);
   uint64_t* inout = static_cast<uint64_t*>(inout_v);
@@ -99,7 +78,7 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
     if (inout[1] != in[1]) {
       inout[1] = 0;  // not every rank carries the same entry: nothing here is used
     } else if (inout[1] != 0) {
-      const Payload p = Described(inout[1]);
+      const CarriedPayload p = CarriedPayload::Described(inout[1]);
       uint64_t* acc = inout + kHeaderWords + bit_words;
       CombinePayload(acc, in + kHeaderWords + bit_words, acc, p.dtype, p.op, p.count);
     }
@@ -111,12 +90,12 @@ void FusedNegotiation::Combine(void* in_v, void* inout_v, int* len, MPI_Datatype
 Status FusedNegotiation::Init(int bit_words, MPI_Comm comm, int local_size, bool shared) {
   bit_words_ = bit_words;
   MPI_Comm_size(comm, &size_);
-  Status st = shared_.Init(comm, local_size, shared, (kHeaderWords + bit_words + kSharedPayloadBytes / 8) * 8);
+  Status st = shared_.Init(comm, local_size, shared, (kHeaderWords + bit_words + CarriedPayload::kMaxBytes / 8) * 8);
   if (!st.ok()) return st;
   transport_ = shared_.active() ? "shared memory" : "MPI";
   buf_.assign(static_cast<size_t>(kHeaderWords + bit_words + kPayloadBytes / 8), 0);
-  for (int c = 0; c < kClasses; ++c) {
-    const int words = kHeaderWords + bit_words + static_cast<int>(kClassBytes[c] / 8);
+  for (int c = 0; c < PayloadClasses::kClasses; ++c) {
+    const int words = kHeaderWords + bit_words + static_cast<int>(PayloadClasses::kClassBytes[c] / 8);
     if (MPI_Type_contiguous(words, MPI_UINT64_T, &types_[c]) != MPI_SUCCESS || MPI_Type_commit(&types_[c]) != MPI_SUCCESS)
       return Status::Error(StatusCode::INTERNAL, "MPI_Type_contiguous for the negotiation message failed");
   }
@@ -146,7 +125,7 @@ void FusedNegotiation::CombineShared() {
 }
 
 void FusedNegotiation::ReduceInto(void* out) const {
-  const Payload p = Described(buf_[1]);
+  const CarriedPayload p = CarriedPayload::Described(buf_[1]);
   const size_t bytes = static_cast<size_t>(p.count * DataTypeSize(p.dtype));
   if (!shared_.active()) {  // MPI reduced it into buf_
     std::memcpy(out, buf_.data() + kHeaderWords + bit_words_, bytes);
@@ -163,42 +142,15 @@ void FusedNegotiation::ReduceInto(void* out) const {
   for (int r = 2; r < size_; ++r) CombinePayload(out, payload(r), out, p.dtype, p.op, p.count);
 }
 
-int FusedNegotiation::ClassOf(int64_t bytes) {
-  for (int c = 0; c < kClasses; ++c)
-    if (bytes <= kClassBytes[c]) return c;
-  return -1;
-}
-
-void FusedNegotiation::Announce(int64_t bytes) { announced_ = std::max(announced_, ClassOf(bytes)); }
-
-void FusedNegotiation::Resize(uint64_t global_flags) {
-  const int before = class_;
-  const int needed = (global_flags & kFlagWantClass2) ? 2 : (global_flags & kFlagWantClass1) ? 1 : 0;
-  // Class 0 is never announced as such: a cycle where nobody carries anything needs no more.
-  needed_meanwhile_ = std::max(needed_meanwhile_, needed);
-  if (needed >= class_) {
-    class_ = needed;
-    quiet_ = 0;
-    needed_meanwhile_ = -1;
-  } else if (++quiet_ >= kShrinkAfterCycles) {
-    class_ = std::max(needed_meanwhile_, 0);
-    quiet_ = 0;
-    needed_meanwhile_ = -1;
-  }
-  if (class_ != before) ++resizes_;
-}
-
 int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, const void* payload,
                           int64_t payload_bytes, uint64_t* agreed) {
   // Through shared memory the message is written straight into this rank's record.
   uint64_t* b = shared_.active() ? static_cast<uint64_t*>(shared_.Outgoing()) : buf_.data();
-  const int cls = class_;
-  b[0] = static_cast<uint64_t>(bit_words_) | static_cast<uint64_t>(kClassBytes[cls] / 8) << 32;
+  const int cls = classes_.current();
+  b[0] = static_cast<uint64_t>(bit_words_) | static_cast<uint64_t>(PayloadClasses::kClassBytes[cls] / 8) << 32;
   b[1] = descriptor;
   std::memcpy(b + kHeaderWords, bits, static_cast<size_t>(bit_words_) * 8);
-  if (announced_ >= 1) b[kHeaderWords] &= ~kFlagWantClass1;  // inverted: AND acts as OR
-  if (announced_ >= 2) b[kHeaderWords] &= ~kFlagWantClass2;
-  announced_ = -1;
+  classes_.MarkFlags(&b[kHeaderWords]);
   if (descriptor != 0) std::memcpy(b + kHeaderWords + bit_words_, payload, static_cast<size_t>(payload_bytes));
   int rc = MPI_SUCCESS;
   failure_.clear();
@@ -216,7 +168,7 @@ int FusedNegotiation::Run(MPI_Comm comm, uint64_t* bits, uint64_t descriptor, co
   }
   std::memcpy(bits, b + kHeaderWords, static_cast<size_t>(bit_words_) * 8);
   *agreed = b[1];
-  if (rc == MPI_SUCCESS && !shared_.active()) Resize(~bits[0]);
+  if (rc == MPI_SUCCESS && !shared_.active()) classes_.Resize(~bits[0]);
   return rc;
 }
 

@@ -8,13 +8,7 @@
 //     executor, after Negotiate returns them; EndCycle then closes the cycle).
 #include "negotiation/negotiator.h"
 
-#include <algorithm>
-#include <cstring>
 #include <unordered_set>
-
-#include "host_math/buffer_math.h"
-#include "common/log.h"
-#include "backends/mpi/mpi_wait.h"
 
 namespace collectives {
 namespace {
@@ -70,52 +64,37 @@ Status Negotiator::Init(MPI_Comm comm, const NegotiatorConfig& config, std::atom
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (config_.size > 1) {  // the same on every rank: the negotiation message's layout depends on it
     *step = "the negotiation's shared-memory segment (needs every rank)";
-    Status st = fused_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, config_.local_size,
-                            config_.shm_negotiation);
+    Status st = carried_.Init(1 + 2 * ((cache_->capacity() + 63) / 64), comm_, config_.local_size,
+                              config_.shm_negotiation);
     if (!st.ok()) return st;
   }
-  if (config_.rank == 0)
-    coordinator_.reset(new Coordinator(config_.size, config_.stall_check_s, config_.stall_shutdown_s));
+  exchange_.Init(comm_, config_.rank, config_.size, config_.stall_check_s, config_.stall_shutdown_s);
   return Status::Ok();
 }
 
 void Negotiator::Free() {
-  fused_.Free();
-  pending_.clear();
+  carried_.Free();
+  table_.Clear();
 }
 
 void Negotiator::AdmitLocal(Pending&& p, const NegotiationContext& ctx, std::vector<int>* invalid_bits) {
-  if (p.request.op == OpType::JOIN) joined_ = true;
+  if (p.request.op == OpType::JOIN) join_.joined = true;
   int stale = -1;
   int bit = IsDataOp(p.request.op) ? cache_->Lookup(p.request, &stale) : -1;
-  if (bit >= 0 && join_mode_) {
+  if (bit >= 0 && join_.join_mode) {
     // While some rank has joined, requests go to the coordinator, the only one to know which
     // ranks no longer submit. A cached entry is evicted everywhere on the way: a rank that
     // submits the same name after the join ends must not wait for it on the cached path.
     stale = bit;
     bit = -1;
   }
-  if (bit >= 0) {
+  if (bit >= 0)
     p.cache_bit = bit;
-  } else {
-    if (stale >= 0) invalid_bits->push_back(stale);
-    to_report_.push_back(p.request.name);
-  }
+  else if (stale >= 0)
+    invalid_bits->push_back(stale);
   if (ctx.timeline.active())
     ctx.timeline.Begin(p.request.name, std::string("NEGOTIATE_") + OpTypeName(p.request.op));
-  std::string name = p.request.name;
-  pending_.emplace(std::move(name), std::move(p));
-}
-
-// A rank outside a process set never submits that set's requests; it marks them ready so
-// that the bitwise AND reflects the members alone.
-void Negotiator::MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const {
-  if (sets.size() <= 1) return;
-  for (int b = 0; b < cache_->capacity(); ++b) {
-    if (!cache_->Contains(b)) continue;
-    auto it = sets.find(cache_->Get(b).process_set);
-    if (it == sets.end() || !it->second.includes_me()) ready[b / 64] |= 1ull << (b % 64);
-  }
+  table_.Insert(std::move(p), /*report=*/bit < 0);
 }
 
 void Negotiator::Plan(const std::vector<Response>& responses, const std::map<int32_t, ProcessSet>& sets,
@@ -130,8 +109,8 @@ void Negotiator::Plan(const std::vector<Response>& responses, const std::map<int
     const Response& r = responses[i];
     auto set = sets.find(r.process_set);
     if (set == sets.end() || !set->second.includes_me()) continue;  // another set's collective
-    auto it = pending_.find(r.name);
-    if (it != pending_.end()) plan->entries[i] = &it->second;
+    auto it = table_.entries().find(r.name);
+    if (it != table_.entries().end()) plan->entries[i] = &it->second;
   }
   for (size_t i = 0; i < n; ++i)
     plan->requests[i] = plan->entries[i] ? plan->entries[i]->request : RequestFromResponse(responses[i]);
@@ -141,16 +120,17 @@ void Negotiator::EndExecution(const std::vector<int>& cache_bits, NegotiationLis
   const std::vector<Response>& responses = *plan->responses;
   const size_t n = responses.size();
   for (size_t i = 0; i < n; ++i)
-    if (plan->ran[i]) pending_.erase(responses[i].name);
+    if (plan->ran[i]) table_.Erase(responses[i].name);
+  PendingTable::Entries& pending = table_.entries();
   for (const std::string& name : plan->orphans) {
-    auto it = pending_.find(name);
-    if (it == pending_.end()) continue;
+    auto it = pending.find(name);
+    if (it == pending.end()) continue;
     Result res;
     res.status = Status::Error(StatusCode::INVALID_ARGUMENT,
                                "process set " + std::to_string(it->second.request.process_set) +
                                    " was removed while tensor '" + name + "' was waiting");
     listener.Finish(it->second, std::move(res));
-    pending_.erase(it);
+    pending.erase(it);
   }
   // The cache changes in execution order, identically on every rank (members or not).
   std::vector<int> evicted;
@@ -161,22 +141,7 @@ void Negotiator::EndExecution(const std::vector<int>& cache_bits, NegotiationLis
     else
       cache_->Put(plan->requests[i], responses[i], &evicted);
   }
-  EvictBits(evicted);
-}
-
-void Negotiator::EvictBits(const std::vector<int>& bits) {
-  if (bits.empty()) return;
-  std::unordered_set<int> set(bits.begin(), bits.end());
-  for (auto& kv : pending_) {
-    if (kv.second.cache_bit >= 0 && set.count(kv.second.cache_bit)) {
-      kv.second.cache_bit = -1;
-      to_report_.push_back(kv.first);
-    }
-  }
-}
-
-void Negotiator::AddProcessSet(int32_t id, const std::vector<int>& ranks) {
-  if (coordinator_) coordinator_->AddProcessSet(id, ranks);
+  table_.EvictBits(evicted);
 }
 
 void Negotiator::RemoveProcessSet(int32_t id, std::vector<std::string>* orphans) {
@@ -184,86 +149,10 @@ void Negotiator::RemoveProcessSet(int32_t id, std::vector<std::string>* orphans)
   std::vector<int> evicted;
   for (int b = 0; b < cache_->capacity(); ++b)
     if (cache_->Contains(b) && cache_->Get(b).process_set == id) cache_->Erase(b, &evicted);
-  for (auto& kv : pending_)
+  for (auto& kv : table_.entries())
     if (kv.second.request.process_set == id) orphans->push_back(kv.first);
-  EvictBits(evicted);
-  if (coordinator_) coordinator_->RemoveProcessSet(id);
-}
-
-void Negotiator::TakeAll(std::vector<Pending>* waiting) {
-  for (auto& kv : pending_) waiting->push_back(std::move(kv.second));
-  pending_.clear();
-  for (Pending& p : held_) waiting->push_back(std::move(p));
-  held_.clear();
-}
-
-Status Negotiator::ExchangeWithCoordinator(const NegotiationContext& ctx, bool coordinator_due, ResponseList* list) {
-  const auto now = Clock::now();
-  std::vector<Request> reqs;
-  for (const std::string& name : to_report_) {
-    auto it = pending_.find(name);
-    if (it == pending_.end() || it->second.reported || it->second.cache_bit >= 0) continue;
-    Request q = it->second.request;
-    q.rank = config_.rank;
-    q.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.enqueued).count();
-    reqs.push_back(std::move(q));
-    it->second.reported = true;
-  }
-  to_report_.clear();
-  const std::string mine = EncodeRequests(reqs);
-
-  int64_t len = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lens(config_.rank == 0 ? static_cast<size_t>(config_.size) : 0);
-  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
-        return MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, comm_);
-      }) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "negotiation gather failed");
-  std::vector<int> counts, displs;
-  std::string all;
-  if (config_.rank == 0) {
-    int64_t total = 0;
-    for (int64_t l : lens) {
-      counts.push_back(static_cast<int>(l));
-      displs.push_back(static_cast<int>(total));
-      total += l;
-    }
-    all.resize(static_cast<size_t>(total));
-  }
-  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_GATHER, 0, [&] {
-        return MPI_Gatherv(mine.data(), static_cast<int>(len), MPI_BYTE, &all[0], counts.data(), displs.data(),
-                           MPI_BYTE, 0, comm_);
-      }) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "negotiation gatherv failed");
-
-  std::string encoded;
-  if (config_.rank == 0) {
-    for (int r = 0; r < config_.size; ++r) {
-      std::vector<Request> from_rank;
-      if (!DecodeRequests(all.data() + displs[static_cast<size_t>(r)], static_cast<size_t>(counts[static_cast<size_t>(r)]),
-                          &from_rank))
-        return Status::Error(StatusCode::INTERNAL, "corrupt negotiation message from rank " + std::to_string(r));
-      coordinator_->Add(std::move(from_rank), now);
-    }
-    if (coordinator_due || coordinator_->StallCheckDue(now)) {
-      std::vector<std::string> warnings;
-      coordinator_->CheckStalls(now, &warnings, &list->shutdown, &list->shutdown_reason);
-      for (const std::string& w : warnings) Log(LogLevel::WARNING, w);
-    }
-    list->responses = coordinator_->TakeReady();
-    encoded = EncodeResponseList(*list);
-  }
-  int64_t out_len = static_cast<int64_t>(encoded.size());
-  if (ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0,
-                         [&] { return MPI_Bcast(&out_len, 1, MPI_INT64_T, 0, comm_); }) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
-  encoded.resize(static_cast<size_t>(out_len));
-  if (out_len > 0 && ctx.watchdog.Watch(BackendCall::NEGOTIATION_BCAST, 0, [&] {
-        return MPI_Bcast(&encoded[0], static_cast<int>(out_len), MPI_BYTE, 0, comm_);
-      }) != MPI_SUCCESS)
-    return Status::Error(StatusCode::INTERNAL, "negotiation broadcast failed");
-  if (config_.rank != 0 && !DecodeResponseList(encoded.data(), encoded.size(), list))
-    return Status::Error(StatusCode::INTERNAL, "corrupt negotiation response from rank 0");
-  return Status::Ok();
+  table_.EvictBits(evicted);
+  exchange_.RemoveProcessSet(id);
 }
 
 Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, Clock::time_point now,
@@ -271,11 +160,10 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
   std::vector<int> invalid;
   // A request whose name is still pending here (behind this rank's own error submission of
   // that name) waits for it to resolve; earlier held ones go first, keeping submission order.
-  std::vector<Pending> earlier;
-  earlier.swap(held_);
+  std::vector<Pending> earlier = table_.TakeHeld();
   const auto admit = [&](Pending& p) {
-    if (pending_.count(p.request.name))
-      held_.push_back(std::move(p));
+    if (table_.Has(p.request.name))
+      table_.Hold(std::move(p));
     else
       AdmitLocal(std::move(p), ctx, &invalid);
   };
@@ -289,7 +177,7 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
     stall_s = config_.stall_shutdown_s;
   if (stall_s > 0) {
     const auto stall = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_s));
-    for (auto& kv : pending_) {
+    for (auto& kv : table_.entries()) {
       Pending& p = kv.second;
       if (p.cache_bit >= 0 && !p.stall_flagged && now - p.enqueued > stall) {
         p.stall_flagged = true;
@@ -302,43 +190,46 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
   const int words = (cache_->capacity() + 63) / 64;
   std::vector<uint64_t>& v = bits_;  // kept: its capacity serves every cycle
   v.assign(static_cast<size_t>(1 + 2 * words), 0);
-  const bool coordinator_due = config_.rank == 0 && coordinator_->StallCheckDue(now);
+  const bool coordinator_due = exchange_.StallCheckDue(now);
   uint64_t flags = 0;
   if (shutdown_local) flags |= kFlagShutdown;
-  if (!to_report_.empty() || coordinator_due) flags |= kFlagUncached;
-  if (!pending_.empty() || !held_.empty()) flags |= kFlagPending;
-  if (joined_) flags |= kFlagJoined;
-  // (What phase 2 carries, to_report_ and the coordinator's check, is news too: kFlagUncached.)
-  if (!fresh.empty() || !held_.empty() || !invalid.empty()) flags |= kFlagNews;
+  if (table_.has_reports() || coordinator_due) flags |= kFlagUncached;
+  if (table_.has_work()) flags |= kFlagPending;
+  if (join_.joined) flags |= kFlagJoined;
+  // (What phase 2 carries, the reports and the coordinator's check, is news too: kFlagUncached.)
+  if (!fresh.empty() || table_.has_held() || !invalid.empty()) flags |= kFlagNews;
   v[0] = ~flags;
   uint64_t* ready = v.data() + 1;
   uint64_t* valid = v.data() + 1 + words;
-  for (const auto& kv : pending_) {
+  for (const auto& kv : table_.entries()) {
     const int b = kv.second.cache_bit;
     if (b >= 0) ready[b / 64] |= 1ull << (b % 64);
   }
-  MarkForeignBits(ctx.sets, ready);
+  cache_->MarkForeignReady(ctx.sets, ready);
   for (int w = 0; w < words; ++w) valid[w] = ~0ull;
   for (int b : invalid) valid[b / 64] &= ~(1ull << (b % 64));
   Pending* carried = nullptr;  // a small allreduce riding along (fused_negotiation.h)
   bool agreed = false;
-  const BackendCall phase1 = fused_.shared() ? BackendCall::NEGOTIATION_SHARED : BackendCall::NEGOTIATION_ALLREDUCE;
-  if (ctx.watchdog.Watch(phase1, 0, [&] { return NegotiationAllreduce(ctx, &v, &carried, &agreed); }) !=
-      MPI_SUCCESS) {
+  const FusedNegotiation& message = carried_.message();
+  const BackendCall phase1 = message.shared() ? BackendCall::NEGOTIATION_SHARED : BackendCall::NEGOTIATION_ALLREDUCE;
+  const bool may_carry = !join_.joined && !join_.join_mode;
+  if (ctx.watchdog.Watch(phase1, 0, [&] {
+        return carried_.Exchange(ctx, comm_, table_, may_carry, &v, &carried, &agreed);
+      }) != MPI_SUCCESS) {
     out->failed_first = true;
     return Status::Error(StatusCode::INTERNAL,
-                         fused_.failure().empty() ? "MPI failure during negotiation" : fused_.failure());
+                         message.failure().empty() ? "MPI failure during negotiation" : message.failure());
   }
   const uint64_t global_flags = ~v[0];
   const int carried_bit = carried ? carried->cache_bit : -1;  // before evictions can reset it
-  if (ctx.stages) negotiated_at_ = Clock::now();
+  if (ctx.stages) cycles_.negotiated_at = Clock::now();
 
   // Invalidated entries (and their groups) leave the cache on every rank; requests waiting
   // on them go to the coordinator instead.
   std::vector<int> evicted;
   ForEachBit(valid, words, /*inverted=*/true, cache_->capacity(), [&](int b) { cache_->Erase(b, &evicted); });
   const std::unordered_set<int> evicted_set(evicted.begin(), evicted.end());
-  EvictBits(evicted);
+  table_.EvictBits(evicted);
 
   // The carried allreduce is complete when every rank carried it and it is still cached and
   // ready everywhere (the same facts on every rank, so every rank decides alike); otherwise its
@@ -349,10 +240,9 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
     if (agreed && TestBit(ready, b) && !evicted_set.count(b) && cache_->Contains(b) &&
         !(global_flags & kFlagJoined)) {
       fused_bit = b;
-      FinishFused(ctx, carried, b);
-      ++fused_done_;
+      carried_.Finish(ctx, table_, *cache_, carried, b);
     } else {
-      ++fused_discarded_;
+      carried_.Discard();
     }
   }
   out->carried_bit = fused_bit;  // the engine's autotuner counts it
@@ -377,10 +267,10 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
   // Phase 2: the coordinator, only when someone has something the cache does not cover.
   ResponseList list;
   if (global_flags & kFlagUncached) {
-    Status st = ExchangeWithCoordinator(ctx, coordinator_due, &list);
+    Status st = exchange_.Run(ctx, table_, coordinator_due, &list);
     if (!st.ok()) return st;
   }
-  if (ctx.stages) negotiated_at_ = Clock::now();
+  if (ctx.stages) cycles_.negotiated_at = Clock::now();
   for (Response& r : list.responses) {
     responses.push_back(std::move(r));
     cache_bits.push_back(-1);
@@ -396,81 +286,12 @@ Status Negotiator::Negotiate(std::vector<Pending>&& fresh, bool shutdown_local, 
 }
 
 void Negotiator::EndCycle(const Negotiation& n) {
-  ++cycle_;
+  ++cycles_.completed;
   // While some rank has joined, requests waiting on the cache go to the coordinator instead
   // (from the next cycle on, the same decision on every rank).
-  join_mode_ = n.joined;
-  if (join_mode_) {
-    for (auto& kv : pending_) {
-      if (kv.second.cache_bit < 0) continue;
-      kv.second.cache_bit = -1;
-      to_report_.push_back(kv.first);
-    }
-  }
-  quiet_cycles_ = n.quiet ? quiet_cycles_ + 1 : 0;
-}
-
-// The small allreduce that rides along with the negotiation (fused_negotiation.h): the pending
-// entry to carry in this cycle, if any; the negotiation allreduce carrying it; its completion.
-Pending* Negotiator::FusedCandidate(const NegotiationContext& ctx) {
-  if (!fused_.initialized() || joined_ || join_mode_ || ctx.timeline.active()) return nullptr;
-  Pending* best = nullptr;
-  for (auto& kv : pending_) {
-    Pending& p = kv.second;
-    const Request& q = p.request;
-    if (p.cache_bit < 0 || p.cache_bit >= 0xFFFFE || p.stall_flagged || p.handle == 0 || !q.failure.empty() ||
-        q.op != OpType::ALLREDUCE || q.device != -1 || q.process_set != 0 || !q.group.empty() || !p.input ||
-        !p.output)
-      continue;
-    const int64_t n = NumElements(q.shape);
-    if (!FusedNegotiation::Eligible(q.dtype, q.reduce_op, n) || ctx.routing.RunsOwnAlgorithm(q.dtype, q.reduce_op, n)) continue;
-    if (!best || p.cache_bit < best->cache_bit) best = &p;  // the lowest bit: ranks tend to pick alike
-  }
-  return best;
-}
-
-int Negotiator::NegotiationAllreduce(const NegotiationContext& ctx, std::vector<uint64_t>* v, Pending** carried,
-                                     bool* agreed) {
-  if (!fused_.initialized())
-    return AllreduceWaiting(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_UINT64_T, MPI_BAND, comm_);
-  Pending* p = FusedCandidate(ctx);
-  uint64_t descriptor = 0;
-  const void* payload = nullptr;
-  int64_t bytes = 0;
-  uint64_t scaled[FusedNegotiation::kSharedPayloadBytes / 8];
-  if (p) {
-    const Request& q = p->request;
-    const int64_t n = NumElements(q.shape);
-    bytes = n * DataTypeSize(q.dtype);
-    fused_.Announce(bytes);
-    if (fused_.Fits(bytes)) {
-      descriptor = FusedNegotiation::Describe(p->cache_bit, q.dtype, q.reduce_op, n);
-      payload = p->input;
-      if (q.prescale != 1.0) {  // as Executor::Allreduce scales before reducing
-        ScaledCopy(scaled, p->input, n, q.dtype, q.prescale);
-        payload = scaled;
-      }
-    } else {
-      p = nullptr;  // this cycle's capacity is smaller: the ordinary path
-    }
-  }
-  uint64_t got = 0;
-  const int rc = fused_.Run(comm_, v->data(), descriptor, payload, bytes, &got);
-  if (rc == MPI_SUCCESS && p) {
-    *carried = p;
-    *agreed = got == descriptor;
-  }
-  return rc;
-}
-
-void Negotiator::FinishFused(const NegotiationContext& ctx, Pending* p, int bit) {
-  const Response& r = cache_->Get(bit);
-  fused_.ReduceInto(p->output);
-  ScaleReduced(p->output, NumElements(r.shape), r.dtype, r.reduce_op, r.postscale, ctx.sets.at(0).size());
-  const std::string name = p->request.name;
-  ctx.engine.Finish(*p, Result());
-  pending_.erase(name);
-  cache_->Touch(bit);  // as execution does for a cached response
+  join_.join_mode = n.joined;
+  if (join_.join_mode) table_.ReportCached();
+  cycles_.quiet = n.quiet ? cycles_.quiet + 1 : 0;
 }
 
 }  // namespace collectives

@@ -1,20 +1,23 @@
 // Negotiation: deciding, once per cycle and identically on every rank, which operations run next
-// and in which order. The negotiator owns the protocol (negotiator.cc) and what only it uses:
-// this rank's table of negotiated names, the requests waiting behind their own name, the names
-// still to report to the coordinator, the response cache, the coordinator (rank 0), the
-// negotiation message with the small allreduce that rides along (fused_negotiation.h), the join
+// and in which order. The negotiator owns the protocol (negotiator.cc) and what only it uses,
+// each part an object of its own: this rank's table of negotiated names, the requests held
+// behind their own name and the names still to report to the coordinator (PendingTable,
+// pending_table.h); the response cache (response_cache.h); the first phase, the negotiation
+// message with the small allreduce that rides along (CarriedAllreduce, carried_allreduce.h); the
+// second phase with rank 0's coordinator (CoordinatorExchange, coordinator_exchange.h); the join
 // state and the cycle counts. It takes everything else it needs from the engine per cycle,
-// through a NegotiationContext, and completes the allreduce it carried through a
-// NegotiationListener; the responses it returns run on the executor (executor.h).
+// through a NegotiationContext (negotiation_context.h), and completes the allreduce it carried
+// through a NegotiationListener; the responses it returns run on the executor (executor.h).
 //
 // The process sets stay on the engine's side: control operations create and remove them during
 // execution, and the executor, the watchdog and the engine's teardown use them too; the
 // negotiator reads them per cycle. So do the timeline, the watchdog and the wake timing (when
 // the last cycle started), which are the engine's between cycles.
 //
-// Files: negotiator.cc (the protocol, and the small allreduce the negotiation carries); the
-// engine's side is engine_cycle.cc (one cycle: the queue to the negotiator, its responses to the
-// executor) and completion_sink.cc (completing handles, join and process sets).
+// Files: negotiator.cc (the protocol), carried_allreduce.cc, coordinator_exchange.cc,
+// pending_table.cc; the engine's side is core/cycle_runner.cc (one cycle: the queue to the
+// negotiator, its responses to the executor) and completion_sink.cc (completing handles, join
+// and process sets).
 #pragma once
 #include <mpi.h>
 
@@ -26,50 +29,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include "negotiation/coordinator.h"
+#include "common/status.h"
+#include "negotiation/carried_allreduce.h"
+#include "negotiation/coordinator_exchange.h"
 #include "negotiation/cycle_plan.h"
-#include "negotiation/fused_negotiation.h"
+#include "negotiation/negotiation_context.h"
+#include "negotiation/pending_table.h"
+#include "negotiation/response_cache.h"
 #include "operation/handle_table.h"
 #include "operation/message.h"
 #include "operation/pending.h"
 #include "operation/process_set.h"
-#include "negotiation/response_cache.h"
-#include "common/status.h"
-#include "monitor/timeline.h"
-#include "monitor/watchdog.h"
 
 namespace collectives {
-
-// The engine's side of negotiation. The engine's CompletionSink implements it (core/completion_sink.h).
-class NegotiationListener {
- public:
-  // Completes the handle of an allreduce the negotiation carried (`p` is still pending).
-  virtual void Finish(Pending& p, Result&& result) = 0;
-
- protected:
-  ~NegotiationListener() = default;
-};
-
-// Whether an allreduce of the whole job goes to a host algorithm that the job asked for by name (the
-// hierarchical one): such an allreduce does not ride along the negotiation, which would reduce it
-// otherwise. The executor answers (executor.h); the answer is the same on every rank.
-class AllreduceRouting {
- public:
-  virtual bool RunsOwnAlgorithm(DataType dtype, ReduceOp op, int64_t elements) const = 0;
-
- protected:
-  ~AllreduceRouting() = default;
-};
-
-// What one cycle's negotiation uses of the engine's state (the engine's cycle_mu_ held).
-struct NegotiationContext {
-  const std::map<int32_t, ProcessSet>& sets;  // 0: the whole job
-  Timeline& timeline;
-  Watchdog& watchdog;          // times the blocking backend calls
-  const AllreduceRouting& routing;  // an allreduce that runs its own algorithm does not ride along
-  NegotiationListener& engine;
-  bool stages;  // per-stage timing is on (latency_stages.h): negotiated_at() is kept
-};
 
 // What the negotiator keeps from the engine's setup.
 struct NegotiatorConfig {
@@ -102,6 +74,19 @@ struct Negotiation {
   bool failed_first = false;
 };
 
+// This rank's part in join(); the same join mode on every rank.
+struct JoinState {
+  bool joined = false;     // this rank called join() and it has not completed
+  bool join_mode = false;  // some rank has joined: negotiate through the coordinator
+};
+
+// The cycle counts, identical on every rank.
+struct CycleCounts {
+  uint64_t completed = 0;  // cycles completed (wake messages name the cycle)
+  int quiet = 0;           // cycles in a row in which nothing happened anywhere
+  Clock::time_point negotiated_at;  // when this cycle's negotiation returned (only with stages)
+};
+
 class Negotiator {
  public:
   // The response cache, the negotiation message (collective over `comm`, when size > 1) and, on
@@ -131,25 +116,19 @@ class Negotiator {
   // Control operations, executed in the same order on every rank: this rank's join completed; a
   // process set was created; one was removed (its cached responses go, its waiting requests are
   // `orphans`, to fail).
-  void EndJoin() { joined_ = false; }
-  void AddProcessSet(int32_t id, const std::vector<int>& ranks);
+  void EndJoin() { join_.joined = false; }
+  void AddProcessSet(int32_t id, const std::vector<int>& ranks) { exchange_.AddProcessSet(id, ranks); }
   void RemoveProcessSet(int32_t id, std::vector<std::string>* orphans);
   // Every entry not yet executed (the table's, then those held behind their name), to fail at
   // the engine's end; the table is empty afterwards.
-  void TakeAll(std::vector<Pending>* waiting);
+  void TakeAll(std::vector<Pending>* waiting) { table_.TakeAll(waiting); }
 
   // The response cache (the autotuner counts the allreduce the negotiation carried).
   const ResponseCache& cache() const { return *cache_; }
-  bool joined() const { return joined_; }        // this rank called join() and it has not completed
-  bool join_mode() const { return join_mode_; }  // some rank has joined (the same on every rank)
+  const JoinState& join() const { return join_; }
   // Whether this rank has entries not yet executed.
-  bool has_work() const { return !pending_.empty() || !held_.empty(); }
-  // Cycles completed; identical on every rank (wake messages name the cycle).
-  uint64_t cycle() const { return cycle_; }
-  // Cycles in a row in which nothing happened anywhere; the same on every rank.
-  int quiet_cycles() const { return quiet_cycles_; }
-  // When this cycle's negotiation returned (only with NegotiationContext::stages).
-  Clock::time_point negotiated_at() const { return negotiated_at_; }
+  bool has_work() const { return table_.has_work(); }
+  const CycleCounts& cycles() const { return cycles_; }
   // For the stage report (latency_stages.h), at the engine's end.
   struct Report {
     uint64_t fused_done = 0;       // allreduces the negotiation carried and completed
@@ -158,38 +137,23 @@ class Negotiator {
     const char* transport = "";    // how the message travels
     uint64_t resizes = 0;          // how often its payload capacity changed
   };
-  Report report() const { return {fused_done_, fused_discarded_, cycle_, fused_.transport(), fused_.resizes()}; }
+  Report report() const {
+    return {carried_.done(), carried_.discarded(), cycles_.completed, carried_.message().transport(),
+            carried_.message().resizes()};
+  }
 
  private:
-  // negotiator.cc
-  // Pending entries waiting on these (evicted) cache bits go to the coordinator instead.
-  void EvictBits(const std::vector<int>& bits);
+  // A new entry of this rank: cached (its bit), or to report to the coordinator.
   void AdmitLocal(Pending&& p, const NegotiationContext& ctx, std::vector<int>* invalid_bits);
-  Status ExchangeWithCoordinator(const NegotiationContext& ctx, bool coordinator_due, ResponseList* list);
-  void MarkForeignBits(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const;
-
-  // The negotiation allreduce, carrying a small cached allreduce when one
-  // is ready here (fused_negotiation.h); the entry it carried, and whether every rank agreed on it.
-  int NegotiationAllreduce(const NegotiationContext& ctx, std::vector<uint64_t>* v, Pending** carried, bool* agreed);
-  Pending* FusedCandidate(const NegotiationContext& ctx);
-  void FinishFused(const NegotiationContext& ctx, Pending* p, int bit);
 
   NegotiatorConfig config_;
   MPI_Comm comm_ = MPI_COMM_NULL;  // the engine's
-  bool joined_ = false;     // this rank called join() and it has not completed
-  bool join_mode_ = false;  // some rank has joined: negotiate through the coordinator
-  std::unordered_map<std::string, Pending> pending_;
-  // Submissions whose name is still pending here: a new request under the name of this rank's
-  // own error submission waits until that has been negotiated (Engine::announced_).
-  std::vector<Pending> held_;
-  std::vector<std::string> to_report_;  // names to send to the coordinator
+  JoinState join_;
+  PendingTable table_;  // this rank's entries, those held behind their name, the names to report
   std::unique_ptr<ResponseCache> cache_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0
-  uint64_t cycle_ = 0;
-  int quiet_cycles_ = 0;
-  Clock::time_point negotiated_at_;
-  FusedNegotiation fused_;  // small allreduces carried by the negotiation (whole job, size > 1)
-  uint64_t fused_done_ = 0, fused_discarded_ = 0;  // for the stage report
+  CoordinatorExchange exchange_;  // phase 2, with rank 0's coordinator
+  CarriedAllreduce carried_;      // phase 1, with the small allreduce it carries (whole job, size > 1)
+  CycleCounts cycles_;
   std::vector<uint64_t> bits_;  // the negotiation's bit vector, reused by every cycle
 };
 

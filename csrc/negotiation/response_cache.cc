@@ -94,4 +94,13 @@ void ResponseCache::Erase(int bit, std::vector<int>* evicted) {
   }
 }
 
+void ResponseCache::MarkForeignReady(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const {
+  if (sets.size() <= 1) return;
+  for (int b = 0; b < capacity(); ++b) {
+    if (!Contains(b)) continue;
+    auto it = sets.find(Get(b).process_set);
+    if (it == sets.end() || !it->second.includes_me()) ready[b / 64] |= 1ull << (b % 64);
+  }
+}
+
 }  // namespace collectives

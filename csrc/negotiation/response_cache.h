@@ -4,12 +4,14 @@
 // that bit, so steady-state negotiation is one bitwise-AND allreduce.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "operation/message.h"
+#include "operation/process_set.h"
 
 namespace collectives {
 
@@ -38,6 +40,10 @@ class ResponseCache {
 
   // Remove a bit and the other members of its group; removed bits go to *evicted.
   void Erase(int bit, std::vector<int>* evicted);
+
+  // A rank outside a process set never submits that set's requests; it marks their bits ready
+  // in `ready` so that the negotiation's bitwise AND reflects the members alone.
+  void MarkForeignReady(const std::map<int32_t, ProcessSet>& sets, uint64_t* ready) const;
 
  private:
   struct Entry {

@@ -105,7 +105,7 @@ PyTypeObject* g_ndarray_type = nullptr;
 
 py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handle op, py::handle prescale,
                         py::handle postscale, bool inplace) {
-  if (Py_TYPE(tensor.ptr()) != g_ndarray_type || !PyUnicode_CheckExact(name.ptr()) || e.forked_child())
+  if (Py_TYPE(tensor.ptr()) != g_ndarray_type || !PyUnicode_CheckExact(name.ptr()) || e.lifetime().forked_child())
     return py::none();
   Submission s;
   Request& q = s.request;

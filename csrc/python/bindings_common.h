@@ -35,13 +35,16 @@ constexpr auto kSignalCheck = std::chrono::milliseconds(20);
 // and an engine whose init timed out (its thread, stuck in MPI, still uses it).
 struct EngineDeleter {
   void operator()(Engine* e) const {
-    if (e->forked_child() || e->abandoned()) return;
+    if (e->lifetime().forked_child() || e->lifetime().abandoned()) return;
     // Shut down first, so that a framework kernel waiting on it (engine_slot.h) returns.
     e->Shutdown();
     ClearSlotEngine(e);
     delete e;
   }
 };
+
+// engine.submission, engine.Submission and engine.DeviceTensor (submission_binding.cc).
+void DefineSubmission(py::module_& m);
 
 // engine.allreduce_now (allreduce_now.cc).
 void DefineAllreduceNow(py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>& engine);

@@ -271,7 +271,7 @@ void ComputeReduce(void* state, TF_OpKernelContext* ctx) {
 
   EngineLease lease;
   Engine* e = lease.get();
-  if (e == nullptr || e->forked_child())
+  if (e == nullptr || e->lifetime().forked_child())
     return Fail(ctx, tf::kFailedPrecondition,
                 e == nullptr ? "collectives has not been initialized; call init() first"
                              : "collectives: this process was forked from the one that called init()");

@@ -16,6 +16,7 @@ struct JobLayout {
   MPI_Comm cross_comm = MPI_COMM_NULL;  // the ranks with this one's local rank, one per host
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;  // every host runs as many ranks as every other (Horovod's is_homogeneous)
+  int thread_level = 0;     // MPI's thread support (MPI_Query_thread), set by the engine's setup
 
   // Collective over `world`. `step` names the call being waited for, for the init timeout's
   // message. On failure the communicators made so far stay set, for Free.

@@ -18,7 +18,7 @@ FLOAT_TYPES = [np.float32, np.float64]
 # Carried too, combined by the 16-bit reductions of their MPI operators (csrc/host_math/half_math.h).
 HALF_TYPES = [np.dtype(np.float16)] + ([BFLOAT16] if BFLOAT16 is not None else [])
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
-# FusedNegotiation::kSharedPayloadBytes through shared memory, kPayloadBytes through MPI.
+# CarriedPayload::kMaxBytes through shared memory, FusedNegotiation::kPayloadBytes through MPI.
 PAYLOAD_BYTES = 4096 if os.environ.get("COLLECTIVES_SHM_NEGOTIATION") == "0" else 16384
 
 
