@@ -201,7 +201,8 @@ CATALOG = [
       match=(r"NCCL communicator", r"MPI_Bcast of the NCCL unique id", r"agreeing on a GPU collective",
              r"GPU collective's failure", r"no member of process set … ran this GPU collective",
              r"^rank has no GPU backend", r"GPU completion without a GPU backend", r"on the GPU path$"),
-      where=("csrc/gpu/gpu_runtime.cc:CudaStatus", "csrc/backends/nccl/nccl_backend.cc:NcclStatus")),
+      where=("csrc/gpu/gpu_runtime.cc:CudaStatus", "csrc/backends/nccl/nccl_backend.cc:NcclStatus",
+             "csrc/backends/nccl/nccl_communicators.cc:NcclStatus")),
     # --- MPI and the engine's own failures -------------------------------------------------------
     E("peer-exited", "A rank on this host exited mid-operation",
       "A shared-memory or cross-memory collective on one host saw a peer process exit.",
