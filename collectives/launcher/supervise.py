@@ -11,7 +11,10 @@ status. Two lines on its stderr mean the job cannot finish:
   closing the connections, or lost its link;
 * MPICH's ``control_cb (...): assert (!closed) failed``, or ssh's ``Connection to HOST closed by
   remote host.``: the connection to a host's proxy closed, because the host crashed (or its proxy
-  or sshd was killed).
+  or sshd was killed);
+* a rank's report of a crash inside the MPI library (csrc/backends/mpi/mpi_fault.h): MPICH
+  crashes a surviving rank when a send to a lost peer fails, often before mpiexec reports the
+  closed proxy, and mpiexec may then end on that rank alone.
 
 Either way MPICH's mpirun may never exit by itself (it waits on the proxy of a host it can no
 longer reach), so collectivesrun ends the job: it probes the remote hosts over ssh to name
@@ -48,6 +51,8 @@ LOST_PROXY = re.compile(r"control_cb \(.*\): assert \(!closed\) failed")
 # sshd was killed with the host or pod. Seen alone when a surviving rank crashed at the loss first
 # and mpiexec ended on that rank's signal without reporting the closed proxy.
 LOST_SESSION = re.compile(r"^Connection to \S+ closed by remote host\.")
+# csrc/backends/mpi/mpi_fault.cc's report of a rank whose MPI library crashed (exit status 76).
+MPI_CRASH = re.compile(r"\[collectives FATAL rank (\d+)\] crashed inside the MPI library \((\S+) at (\S+),")
 
 PROBE_TIMEOUT_S = 3.0  # ssh's ConnectTimeout when probing a host after a failure
 REPORT_WINDOW_S = 2.5  # after the first report, for the other ranks' (their watchdogs check every second)
@@ -73,6 +78,7 @@ class Findings:
         self.reports: Dict[int, Tuple[str, str]] = {}  # rank -> (the call, the limit in seconds)
         self.first_report: Optional[float] = None
         self.lost_proxy = False
+        self.crashes: Dict[int, str] = {}  # rank -> "SIGSEGV at libmpi.so.12+0x41e057"
         self.alarm = threading.Event()
 
     def scan(self, line):
@@ -86,6 +92,11 @@ class Findings:
         elif LOST_PROXY.search(line) or LOST_SESSION.search(line):
             with self.lock:
                 self.lost_proxy = True
+            self.alarm.set()
+        elif MPI_CRASH.search(line):
+            m = MPI_CRASH.search(line)
+            with self.lock:
+                self.crashes.setdefault(int(m.group(1)), f"{m.group(2)} at {m.group(3)}")
             self.alarm.set()
 
 
@@ -338,4 +349,8 @@ def summary(findings, hosts: List[HostRanks], silent: Dict[str, str]) -> str:
     if gone:
         return (f"lost {host_list(gone)}: the MPI launcher's connections to their proxies closed and they do not "
                 "answer ssh: they crashed or lost power")
+    if findings.crashes and not findings.lost_proxy:
+        crashed = sorted(findings.crashes)
+        return (f"{rank_list(crashed)} crashed inside the MPI library ({findings.crashes[crashed[0]]}) and every host "
+                "answers ssh: a peer's connection failed (a rank killed, or a link that went down)")
     return "the MPI launcher lost its connection to a host's proxy (the proxy died; every host answers ssh)"

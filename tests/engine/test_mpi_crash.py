@@ -11,10 +11,12 @@ crashed host's rank would look to its peers, while the launcher (which ends ever
 when one exits) still sees it running. Rank 0 then crashes in MPICH in most runs (3 of 4 here), or
 its call never returns and its watchdog ends it; a run is repeated until one crashes (at most 4
 runs, a few seconds each). Before the fix this failed: mpirun reported "Segmentation fault
-(signal 11)".
+(signal 11)". collectivesrun takes that line as a lost peer (it may come before, or instead of,
+mpiexec's report of the closed proxy) and ends the job with one line.
 """
 import re
 
+from collectives.launcher import supervise
 from mpi_launch import run_workers
 
 ENV = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self", "COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "5"}
@@ -43,3 +45,17 @@ def test_a_crash_inside_mpi_after_a_lost_peer_is_one_line_and_a_status():
             break
         outcomes.append("stalled")
     print(outcomes)
+
+
+def test_collectivesrun_takes_a_crash_inside_mpi_as_a_lost_peer():
+    line = ("[collectives FATAL rank 1] crashed inside the MPI library (SIGSEGV at libmpi.so.12+0x41e057, address "
+            "0x110, thread coll-engine). MPICH does this when a send to a peer whose connection failed fails (...)")
+    seen = supervise.Findings()
+    seen.scan(line)
+    assert seen.alarm.is_set() and seen.crashes == {1: "SIGSEGV at libmpi.so.12+0x41e057"}
+    hosts = [supervise.HostRanks("ha", (0, 1), True), supervise.HostRanks("hb", (2, 3), False)]
+    assert supervise.summary(seen, hosts, {"hb": "Connection refused"}).startswith(
+        "lost host 'hb' (ranks 2, 3): the MPI launcher's connection to its proxy closed")
+    assert supervise.summary(seen, hosts, {}) == (
+        "rank 1 crashed inside the MPI library (SIGSEGV at libmpi.so.12+0x41e057) and every host answers ssh: a peer's "
+        "connection failed (a rank killed, or a link that went down)")
