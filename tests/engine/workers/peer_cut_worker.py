@@ -1,10 +1,12 @@
-"""A peer that vanishes mid-job: rank 1 ends its process abruptly (os._exit, as a killed host's
-rank would, but leaving MPICH's launcher running the others) while rank 0 keeps allreducing.
+"""A peer that vanishes mid-job: after STEPS allreduces rank 1 shuts down its TCP connections and
+stops itself (SIGSTOP), which is how a crashed host's rank looks to its peers, while MPICH's
+launcher (which ends every rank at once when one exits) still sees it running. Rank 0 goes on
+allreducing ELEMENTS float32 values until something ends it.
 
-Usage: peer_exit_worker.py STEPS
+Usage: peer_cut_worker.py STEPS [ELEMENTS]
 
-Rank 1 allreduces STEPS times and ends. Rank 0 goes on until an operation fails, and prints
-``[rank 0] error: Type: message`` (exit 1); it must never die by a signal inside MPI.
+Rank 0 prints ``[rank 0] error after N steps: Type: message`` and exits 1 when an operation
+raises; it must never die by a signal inside MPI (tests/engine/test_mpi_crash.py).
 """
 import os
 import signal
