@@ -1,10 +1,12 @@
 // A crash inside the MPI library reported as one line and an exit status, not a bare signal.
 //
 // MPICH 5.0.2's ch4 device (the `mpich` wheel, UCX netmod) dereferences a null request when a
-// send to a peer whose connection has failed fails at once: a surviving rank then dies by
-// SIGSEGV inside MPI_Isend (the engine's wake messages) or inside MPI_Test progressing a
-// collective, at libmpi.so.12+0x41e057, writing 0 at offset 0x110 of the null request (seen when
-// a peer host crashed, its pod died, or a peer's connections were cut). Nothing of ours can stop
+// send to a peer whose connection has failed fails at once: MPIDI_UCX_send (ucx_send.h) returns
+// ucp_tag_send_nbx's error ("**ucx_nm_rq_error") without a request, and its caller, inlined into
+// libmpi.so.12 just after the call, stores 0 at offset 0x110 of *request regardless of the error.
+// A surviving rank then dies by SIGSEGV (pc libmpi.so.12+0x41e057, address 0x110) inside
+// MPI_Isend (the engine's wake messages) or inside MPI_Test progressing a collective (seen when a
+// peer host crashed, its pod died, or a peer's connections were cut). Nothing of ours can stop
 // that send: it is MPICH's own step of the collective. What we control is what the user sees:
 // the launcher's "KILLED BY SIGNAL: 11", and nothing else, hid that the cause was a lost peer.
 //
