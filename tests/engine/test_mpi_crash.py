@@ -20,7 +20,7 @@ from collectives.launcher import supervise
 from mpi_launch import run_workers
 
 ENV = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self", "COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "5"}
-CRASH_LINE = re.compile(r"\[collectives FATAL rank 0\] crashed inside the MPI library \(SIGSEGV at (libmpi\S*)\+0x[0-9a-f]+, "
+CRASH_LINE = re.compile(r"\[collectives FATAL rank 0\] crashed inside the MPI library \(SIG(?:SEGV|BUS) at (lib\S*)\+0x[0-9a-f]+, "
                         r"address 0x[0-9a-f]+, thread [^)]*\)\. MPICH does this when a send to a peer whose connection "
                         r"failed fails .* This process exits with status 76$", re.M)
 # A typed error on rank 0: its watchdog's StallTimeoutError, or MPI's own error should MPICH return one.
