@@ -11,7 +11,10 @@ status. Two lines on its stderr mean the job cannot finish:
   closing the connections, or lost its link;
 * MPICH's ``control_cb (...): assert (!closed) failed``, or ssh's ``Connection to HOST closed by
   remote host.``: the connection to a host's proxy closed, because the host crashed (or its proxy
-  or sshd was killed).
+  or sshd was killed);
+* a rank's report of a crash inside the MPI library (csrc/backends/mpi/mpi_fault.h): MPICH
+  crashes a surviving rank when a send to a lost peer fails, often before mpiexec reports the
+  closed proxy, and mpiexec may then end on that rank alone.
 
 Either way MPICH's mpirun may never exit by itself (it waits on the proxy of a host it can no
 longer reach), so collectivesrun ends the job: it probes the remote hosts over ssh to name
@@ -50,6 +53,8 @@ LOST_PROXY = re.compile(r"control_cb \(.*\): assert \(!closed\) failed")
 LOST_SESSION = re.compile(r"^Connection to \S+ closed by remote host\.")
 # srun, run by hydra's -launcher slurm to start the proxies, failing: hydra then waits forever.
 SRUN_FAILED = re.compile(r"^srun: (fatal: .*|error: Unable to create step.*|error: .*[Ii]nvalid job id.*)$")
+# csrc/backends/mpi/mpi_fault.cc's report of a rank whose MPI library crashed (exit status 76).
+MPI_CRASH = re.compile(r"\[collectives FATAL rank (\d+)\] crashed inside the MPI library \((\S+) at (\S+),")
 
 PROBE_TIMEOUT_S = 3.0  # ssh's ConnectTimeout when probing a host after a failure
 REPORT_WINDOW_S = 2.5  # after the first report, for the other ranks' (their watchdogs check every second)
@@ -76,6 +81,7 @@ class Findings:
         self.first_report: Optional[float] = None
         self.lost_proxy = False
         self.srun_failed: Optional[str] = None  # srun's line, when it could not start the proxies
+        self.crashes: Dict[int, str] = {}  # rank -> "SIGSEGV at libmpi.so.12+0x41e057"
         self.alarm = threading.Event()
 
     def scan(self, line):
@@ -93,6 +99,11 @@ class Findings:
         elif LOST_PROXY.search(line) or LOST_SESSION.search(line):
             with self.lock:
                 self.lost_proxy = True
+            self.alarm.set()
+        elif MPI_CRASH.search(line):
+            m = MPI_CRASH.search(line)
+            with self.lock:
+                self.crashes.setdefault(int(m.group(1)), f"{m.group(2)} at {m.group(3)}")
             self.alarm.set()
 
 
@@ -379,4 +390,8 @@ def summary(findings, hosts: List[HostRanks], silent: Dict[str, str], what="ssh"
     if gone:
         return (f"lost {host_list(gone)}: the MPI launcher's connections to their proxies closed and they do not "
                 f"answer {what}: they crashed or lost power")
+    if findings.crashes and not findings.lost_proxy:
+        crashed = sorted(findings.crashes)
+        return (f"{rank_list(crashed)} crashed inside the MPI library ({findings.crashes[crashed[0]]}) and every host "
+                f"answers {what}: a peer's connection failed (a rank killed, or a link that went down)")
     return f"the MPI launcher lost its connection to a host's proxy (the proxy died; every host answers {what})"

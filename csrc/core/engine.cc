@@ -16,6 +16,7 @@
 #include "shm/shared_segment.h"
 #include "common/thread_name.h"
 #include "wait/wait_policy.h"
+#include "backends/mpi/mpi_fault.h"
 #include "backends/mpi/rank_agreement.h"
 #include "core/validation.h"
 
@@ -128,6 +129,8 @@ Status Engine::Setup(MPI_Comm comm) {
     job_.thread_level = thread_level;
   }
   SetLogRank(job_.rank);
+  // MPICH crashes on a failed send to a lost peer: say so in one line (mpi_fault.h).
+  ReportCrashesInMpi(job_.rank);
   // Spin only when every rank on this machine has a core: an oversubscribed machine needs
   // its cores for the ranks that compute.
   const bool spin = static_cast<unsigned>(job_.local_size) <= std::thread::hardware_concurrency();

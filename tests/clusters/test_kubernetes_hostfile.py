@@ -84,7 +84,9 @@ def run(env_extra, *argv):
 def test_collectivesrun_runs_one_rank_per_slot(tmp_path):
     path = hostfile(tmp_path, f"{socket.gethostname()}:2\n")
     proc = run({"HYDRA_HOST_FILE": path}, PY, "-c",
-               "import collectives as hvd; hvd.init(); print('rank', hvd.rank(), 'of', hvd.size())")
+               # One write per rank: the ranks share the launcher's stdout, and print() writes each
+               # piece separately when the output is unbuffered, so two ranks' pieces could interleave.
+               "import os, collectives as hvd; hvd.init(); os.write(1, f'rank {hvd.rank()} of {hvd.size()}\\n'.encode())")
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 of 2", "rank 1 of 2"], proc.stdout
 
