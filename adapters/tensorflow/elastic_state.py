@@ -55,12 +55,14 @@ def _gather_shards(optimizer, saved):
     return optimizer.gather_sharded_state_dicts(keras_zero_sharded.sharded(optimizer, values))
 
 
-_MIXED_COMMIT = {
-    True: "cannot restore the optimizer: the commit holds a sharded optimizer's state (zero_stage=1 or 2) and "
-          "this optimizer is not sharded; restore it into DistributedOptimizer(..., zero_stage=1 or 2)",
-    False: "cannot restore the optimizer: the commit holds an unsharded optimizer's state and this optimizer is "
-           "sharded (zero_stage=1 or 2); restore it into the unsharded optimizer it was committed from",
-}
+def _mixed_commit_error(committed_sharded, what="the optimizer"):
+    if committed_sharded:
+        return ValueError(f"cannot restore {what}: the commit has a sharded optimizer's state (zero_stage=1 or 2) "
+                          f"and this optimizer is not sharded; restore it into DistributedOptimizer(..., "
+                          f"zero_stage=1 or 2)")
+    return ValueError(f"cannot restore {what}: the commit has an unsharded optimizer's state and this optimizer "
+                      f"is sharded (zero_stage=1 or 2); restore it into the unsharded optimizer it was committed "
+                      f"from")
 
 
 class TensorFlowKerasState(ObjectState):
@@ -117,7 +119,7 @@ class TensorFlowKerasState(ObjectState):
         saved = obj["optimizer"]
         committed_sharded = isinstance(saved, dict) and "zero_shards" in saved
         if committed_sharded != _sharded(self.optimizer):
-            raise ValueError(_MIXED_COMMIT[committed_sharded])
+            raise _mixed_commit_error(committed_sharded)
         if committed_sharded:
             # Every rank's slices, written at any size: this rank takes its slices at the new size.
             _assign(self.model.variables, self._saved_model_state, "model")

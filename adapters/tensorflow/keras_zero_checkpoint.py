@@ -111,16 +111,17 @@ def load_full(optimizer, plain):
     def lookup(index, name):
         source = plain_slots.get((index, name))
         return None if source is None else tf.convert_to_tensor(source.value)
-    load_values(optimizer, lookup, [v.value for v in plain_others], f"{type(plain).__name__}'s state")
+    load_values(optimizer, lookup, [v.value for v in plain_others], type(plain).__name__)
 
 
 def load_values(optimizer, lookup, others, what):
     """This rank's slices of a whole state: ``lookup(variable index, slot name)`` gives a
-    variable's whole slot value (None: missing), ``others`` the other variables' values in order."""
+    variable's whole slot value (None: missing), ``others`` the other variables' values in order;
+    ``what`` names the source in errors ("Adam", "the checkpoint")."""
     runtime = optimizer._zero()
     slots, mine = split_variables(optimizer)
     if len(others) != len(mine):
-        raise ValueError(f"cannot load {what}: {len(others)} variables that are not per-variable slots, "
+        raise ValueError(f"cannot load {what}'s state: {len(others)} variables that are not per-variable slots, "
                          f"{len(mine)} expected")
     for (b, name), target in slots.items():
         bucket = runtime.buckets[b]
@@ -128,7 +129,7 @@ def load_values(optimizer, lookup, others, what):
         for slot, src, _, n in bucket.pieces():
             source = lookup(slot.index, name)
             if source is None:
-                raise ValueError(f"cannot load {what}: no slot {name!r} for {runtime.variables[slot.index].path}")
+                raise ValueError(f"cannot load {what}'s state: no slot {name!r} for {runtime.variables[slot.index].path}")
             parts.append(tf.reshape(tf.cast(source, target.dtype), [-1])[src:src + n])
             filled += n
         if filled < bucket.shard_length:

@@ -46,7 +46,8 @@ def sharded(optimizer, values=None):
     variables' values from there (an elastic commit's saved copy) instead of the variables."""
     runtime = optimizer._zero()
     if runtime.variables is None:
-        raise ValueError("the optimizer is not built yet: it holds no state to save")
+        raise ValueError("the optimizer is not built yet: nothing to consolidate or save (build it on the model's "
+                         "trainable variables first)")
     slots, others = checkpoint.split_variables(optimizer)
     per_name = {}
     for (b, name), variable in slots.items():
@@ -97,7 +98,7 @@ def load(optimizer, variables, per_variable, others):
     """Every rank: this rank's slices of a per-variable state (``full_from_shards``)."""
     runtime = optimizer._zero()
     if runtime.variables is None:
-        raise ValueError("build the optimizer on the model's trainable variables first "
+        raise ValueError("load_sharded_state_dict: build the optimizer on the model's trainable variables first "
                          "(opt.build(model.trainable_variables)), then load its state")
     mine = [(tuple(int(d) for d in v.shape), tf.as_dtype(v.dtype).name) for v in runtime.variables]
     if mine != variables:
@@ -106,7 +107,7 @@ def load(optimizer, variables, per_variable, others):
             f"({_first_difference(variables, mine)}): load it into an optimizer built on the same model's "
             f"trainable variables")
     checkpoint.load_values(optimizer, lambda index, name: per_variable.get((index, name)), others,
-                           "load_sharded_state_dict")
+                           "the checkpoint")
 
 
 def _first_difference(theirs, mine):

@@ -380,9 +380,9 @@ def family_sharded():
             plain = hvd.elastic.KerasState(make_model(), hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)))
             commit = state._persistent_state()
             assert len(commit["optimizer"]["zero_shards"]) == S
-            raises(ValueError, lambda: plain._load_persistent_state(commit), "holds a sharded optimizer's state")
+            raises(ValueError, lambda: plain._load_persistent_state(commit), "has a sharded optimizer's state")
             raises(ValueError, lambda: state._load_persistent_state(plain._persistent_state()),
-                   "holds an unsharded optimizer's state")
+                   "has an unsharded optimizer's state")
         chk.check("sharded elastic commits of a sharded optimizer and an unsharded one do not mix", mixed_commits)
     finally:
         hvd.broadcast_object(None)
