@@ -6,6 +6,11 @@ on the CPU both are one copy), which is also what the commit file holds. Keras b
 optimizer's variables lazily, at its first step: the state builds them at once (as its Keras
 does: keras_flavors), so a commit taken before the first step, or restored into a fresh
 process, has every slot variable.
+
+A sharded optimizer (``zero_stage``, keras_zero_optimizer.py) commits in memory only this rank's
+slices (1/N of the state). A commit file restarts the job from any one rank's file at any size,
+so it holds every rank's slices (one allgather when the commit is handed to the writer): a
+restart takes its slices at the new size (keras_zero_sharded.py), as TorchState does.
 """
 import numpy as np
 import tensorflow as tf
@@ -13,6 +18,7 @@ import tensorflow as tf
 from collectives.basics import rank
 from collectives.elastic.state import ObjectState
 
+from . import keras_zero_sharded
 from .keras_flavors import flavor_of, replicated_only
 from .mpi_ops import broadcast_object, broadcast_variables
 
@@ -35,6 +41,28 @@ def _assign(variables, values, what):
                          f"the {what} has {len(variables)}")
     for var, value in zip(variables, values):
         var.assign(value)
+
+
+def _sharded(optimizer):
+    """A ``zero_stage`` optimizer (keras_zero_optimizer.py): each rank holds only its slices of the state."""
+    return optimizer is not None and hasattr(optimizer, "gather_sharded_state_dicts")
+
+
+def _gather_shards(optimizer, saved):
+    """Collective (every rank commits together): every rank's sharded state dict of the values
+    ``saved`` at the last save, for a commit file that restarts the job at any size from any rank's copy."""
+    values = {id(v): value for v, value in zip(_optimizer_variables(optimizer), saved)}
+    return optimizer.gather_sharded_state_dicts(keras_zero_sharded.sharded(optimizer, values))
+
+
+def _mixed_commit_error(committed_sharded, what="the optimizer"):
+    if committed_sharded:
+        return ValueError(f"cannot restore {what}: the commit has a sharded optimizer's state (zero_stage=1 or 2) "
+                          f"and this optimizer is not sharded; restore it into DistributedOptimizer(..., "
+                          f"zero_stage=1 or 2)")
+    return ValueError(f"cannot restore {what}: the commit has an unsharded optimizer's state and this optimizer "
+                      f"is sharded (zero_stage=1 or 2); restore it into the unsharded optimizer it was committed "
+                      f"from")
 
 
 class TensorFlowKerasState(ObjectState):
@@ -82,12 +110,24 @@ class TensorFlowKerasState(ObjectState):
         obj = super()._persistent_state()
         obj["model"] = self._saved_model_state
         obj["optimizer"] = self._saved_optimizer_state
+        if _sharded(self.optimizer):
+            obj["optimizer"] = {"zero_shards": _gather_shards(self.optimizer, self._saved_optimizer_state)}
         return obj
 
     def _load_persistent_state(self, obj):
         self._saved_model_state = list(obj["model"])
-        self._saved_optimizer_state = list(obj["optimizer"])
-        self._load_model()
+        saved = obj["optimizer"]
+        committed_sharded = isinstance(saved, dict) and "zero_shards" in saved
+        if committed_sharded != _sharded(self.optimizer):
+            raise _mixed_commit_error(committed_sharded)
+        if committed_sharded:
+            # Every rank's slices, written at any size: this rank takes its slices at the new size.
+            _assign(self.model.variables, self._saved_model_state, "model")
+            self.optimizer.load_sharded_state_dict(saved["zero_shards"])
+            self._saved_optimizer_state = _values(_optimizer_variables(self.optimizer))
+        else:
+            self._saved_optimizer_state = list(saved)
+            self._load_model()
         super()._load_persistent_state(obj)
 
 

@@ -102,26 +102,38 @@ def consolidate(optimizer, to=0):
 def load_full(optimizer, plain):
     """Every rank: take this rank's slices of a plain optimizer's state (built on the same model's variables)."""
     runtime = optimizer._zero()
-    slots, others = split_variables(optimizer)
+    slots, _ = split_variables(optimizer)
     if not plain.built or len(plain._trainable_variables) != len(runtime.variables):
         raise ValueError(f"cannot load {type(plain).__name__}'s state: it must be built on the same model's "
                          f"{len(runtime.variables)} trainable variables")
     plain_slots, plain_others = _plain_split(plain, {name for _, name in slots})
-    if len(plain_others) != len(others):
-        raise ValueError(f"cannot load {type(plain).__name__}'s state: {len(plain_others)} variables that are not "
-                         f"per-variable slots, {len(others)} expected")
+
+    def lookup(index, name):
+        source = plain_slots.get((index, name))
+        return None if source is None else tf.convert_to_tensor(source.value)
+    load_values(optimizer, lookup, [v.value for v in plain_others], type(plain).__name__)
+
+
+def load_values(optimizer, lookup, others, what):
+    """This rank's slices of a whole state: ``lookup(variable index, slot name)`` gives a
+    variable's whole slot value (None: missing), ``others`` the other variables' values in order;
+    ``what`` names the source in errors ("Adam", "the checkpoint")."""
+    runtime = optimizer._zero()
+    slots, mine = split_variables(optimizer)
+    if len(others) != len(mine):
+        raise ValueError(f"cannot load {what}'s state: {len(others)} variables that are not per-variable slots, "
+                         f"{len(mine)} expected")
     for (b, name), target in slots.items():
         bucket = runtime.buckets[b]
         parts, filled = [], 0
         for slot, src, _, n in bucket.pieces():
-            source = plain_slots.get((slot.index, name))
+            source = lookup(slot.index, name)
             if source is None:
-                raise ValueError(f"cannot load {type(plain).__name__}'s state: no slot {name!r} for "
-                                 f"{runtime.variables[slot.index].path}")
-            parts.append(tf.reshape(tf.convert_to_tensor(source.value), [-1])[src:src + n])
+                raise ValueError(f"cannot load {what}'s state: no slot {name!r} for {runtime.variables[slot.index].path}")
+            parts.append(tf.reshape(tf.cast(source, target.dtype), [-1])[src:src + n])
             filled += n
         if filled < bucket.shard_length:
             parts.append(tf.zeros([bucket.shard_length - filled], target.dtype))
         target.assign(tf.concat(parts, 0))
-    for mine, theirs in zip(others, plain_others):
-        mine.assign(theirs)
+    for variable, value in zip(mine, others):
+        variable.assign(value)

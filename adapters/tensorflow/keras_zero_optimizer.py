@@ -26,15 +26,17 @@ either way. With ``backward_passes_per_step > 1``, stage 1 accumulates whole gra
 reducescatters once per update; stage 2 reducescatters every pass and accumulates only this
 rank's shard (1/N of the accumulator memory, N times the reducescatters).
 """
+import os
 import zlib
 
 import tensorflow as tf
 
+from collectives import objects
 from collectives.constants import Average, Min, Sum
 from collectives.errors import NotSupportedError
 from collectives.zero_agreement import agree
 
-from . import keras_zero_checkpoint
+from . import keras_zero_checkpoint, keras_zero_sharded
 from . import ops as raw
 from .compression import Compression
 from .keras_flavors import CollectivesOptimizer
@@ -61,6 +63,7 @@ class _Runtime:
         self.accumulators = None  # backward_passes_per_step > 1: per variable (stage 1) or per shard (stage 2)
         self.counter = None
         self.name = None          # the start of the engine names (_prefix)
+        self.ranks, self.rank = 1, 0  # the layout's: the shards' count and this rank's
 
 
 def _base_name(settings, stage):
@@ -150,6 +153,7 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
                                                     name="collectives_accumulator") for v in like]
                 runtime.counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="collectives_passes")
         runtime.variables, runtime.buckets, runtime.shards = variables, buckets, shards
+        runtime.ranks, runtime.rank = ranks, rank
         runtime.name = f"{_base_name(settings, self._zero_stage)}.{zlib.crc32(repr(sig).encode()):08x}"
         runtime.positions = {id(v): i for i, v in enumerate(variables)}
         super().build(shards)
@@ -319,6 +323,28 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
     def load_full(self, optimizer):
         """Load a plain optimizer's state (built on the same model's variables): each rank keeps its slices."""
         keras_zero_checkpoint.load_full(self, optimizer)
+
+    def sharded_state_dict(self):
+        """This rank's slices of the state and the layout (numpy arrays and plain values), for
+        ``load_sharded_state_dict`` at any number of ranks (keras_zero_sharded.py)."""
+        return keras_zero_sharded.sharded(self)
+
+    def save_sharded_state_dict(self, directory):
+        """Write this rank's ``sharded_state_dict()`` to ``directory`` (one file per rank); returns its path."""
+        return keras_zero_sharded.write_file(self.sharded_state_dict(), os.fspath(directory))
+
+    def load_sharded_state_dict(self, shards):
+        """Every rank: load every rank's sharded state dicts (a list, or the directory
+        ``save_sharded_state_dict`` wrote), saved at any number of ranks; each rank keeps its slices."""
+        keras_zero_sharded.load_shards(self, shards)
+
+    def gather_sharded_state_dicts(self, mine=None):
+        """Collective: every rank's ``sharded_state_dict()`` (or ``mine``), in rank order, on every rank."""
+        mine = self.sharded_state_dict() if mine is None else mine
+        ps = self._collectives_settings.process_set
+        if not _communicates(ps):
+            return [mine]
+        return objects.allgather_object(mine, name=f"{_prefix(self)}.gather_shards", process_set=ps)
 
 
 def _refusal(optimizer, stage, settings):

@@ -2,7 +2,8 @@
 
 One launch per number of ranks (see ``tests/tensorflow/workers/keras_zero_worker.py`` for the
 families): np 2 runs every family; np 3 (buckets padded for 3 ranks, uneven shards of the variables)
-model.fit's equivalence, the state, a process set and the refusals.
+model.fit's equivalence, the state, a process set, sharded checkpoints saved at 2 and loaded at
+3 and 1, and the refusals.
 """
 import pytest
 
@@ -21,5 +22,6 @@ def test_keras_zero_np2():
 
 
 def test_keras_zero_np3():
-    run = run_workers(3, "keras_zero_worker.py", "equiv-fit", "state", "sets", "errors", timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 3, min_cases=21)
+    run = run_workers(3, "keras_zero_worker.py", "equiv-fit", "state", "sets", "sharded", "errors", timeout=TIMEOUT,
+                      env=ENV)
+    assert_all_ranks_passed(run, 3, min_cases=26)

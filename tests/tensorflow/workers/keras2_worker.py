@@ -20,6 +20,7 @@ import tensorflow as tf
 import collectives.keras as hvd
 import collectives.tensorflow as hvd_tf
 from collectives.adapters.tensorflow.keras_flavors import CollectivesOptimizer
+from collectives.errors import NotSupportedError
 from common import Checker, raises
 from keras_training import assert_same_on_all_ranks, assert_weights_close, data
 from keras_training import mlp, rank_rows as my_rows
@@ -172,6 +173,12 @@ def family_fit():
         assert wrapped.get_config() == base.get_config()
         raises(ValueError, lambda: hvd.DistributedOptimizer(wrapped), "already a DistributedOptimizer")
         raises(ValueError, lambda: hvd.DistributedOptimizer(object()), "Keras 2 (tf_keras)")
+
+    @case("zero_stage is refused for tf_keras optimizers (new-style and legacy), on every rank")
+    def _():
+        for make in (lambda: O.Adam(0.01), lambda: O.legacy.SGD(0.1)):
+            raises(NotSupportedError, lambda: hvd.DistributedOptimizer(make(), zero_stage=2),
+                   "supported for Keras 3 optimizers only")
 
 
 def family_keras3_alongside():

@@ -22,12 +22,18 @@ Families:
   mixed    mixed_float16 (LossScaleOptimizer) with fit, also with global_clipnorm; one rank's
            infinite gradient makes every rank skip the step and halve the loss scale.
   sets     (np 3) a process set of ranks 0 and 1; rank 2 steps alone.
+  sharded  (np 3) save_sharded_state_dict by a process set of ranks 0 and 1, loaded at 3 ranks and
+           at 1 (rank 2 alone): the consolidated state equals the one saved, bitwise; another
+           model's checkpoint and an incomplete set raise InvalidArgumentError; an elastic commit
+           of a sharded optimizer restored into an unsharded one (and the reverse): ValueError.
   errors   refused on every rank: Lamb/Adafactor, Lamb on one rank only, clipnorm, zero_stage=3,
            Adasum, a tf.IndexedSlices gradient without sparse_as_dense (with it: the dense step);
            models that differ between ranks -> TensorMismatchError on every rank.
 """
 import os
+import shutil
 import sys
+import tempfile
 import warnings
 
 import keras
@@ -316,6 +322,76 @@ def family_sets():
         hvd.remove_process_set(ps)
 
 
+def family_sharded():
+    """np 3: saved sharded by ranks 0 and 1 (a process set), loaded at 3 ranks and at 1 (rank 2 alone)."""
+    assert S == 3, "family sharded runs at np 3"
+    directory = hvd.broadcast_object(tempfile.mkdtemp(prefix="keras_zero_sharded_") if R == 0 else None)
+    pair, alone = hvd.add_process_set([0, 1]), hvd.add_process_set([2])
+    try:
+        saved = []
+
+        def save():
+            if R < 2:
+                model, opt = run("adam", "fit", 2, process_set=pair)
+                path = opt.save_sharded_state_dict(directory)
+                assert os.path.basename(path) == f"zero-shard-0000{R}-of-00002.npz", path
+                plain = opt.consolidate(to=0)
+                weights = model.get_weights()
+            whole = hvd.broadcast_object(([np.asarray(v.value) for v in plain.variables], weights) if R == 0
+                                         else None)
+            saved.append(whole)
+        chk.check("sharded save_sharded_state_dict at 2 ranks (a process set)", save)
+
+        def loaded(opt, what):
+            model = make_model()
+            model.set_weights(saved[0][1])
+            opt.build(model.trainable_variables)
+            opt.load_sharded_state_dict(directory)
+            plain = opt.consolidate(to=0)
+            if plain is not None:
+                assert len(plain.variables) == len(saved[0][0])
+                for mine, theirs in zip(plain.variables, saved[0][0]):
+                    np.testing.assert_array_equal(np.asarray(mine.value), theirs, err_msg=f"{what}: {mine.path}")
+            return model, opt
+        chk.check("sharded loaded at 3 ranks: consolidated equals the state saved at 2", lambda: loaded(
+            hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), zero_stage=1), "at 3"))
+
+        def at_one():
+            if R == 2:
+                loaded(hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), zero_stage=2, process_set=alone), "at 1")
+        chk.check("sharded loaded at 1 rank: its state equals the state saved at 2", at_one)
+
+        def refused():
+            other = make_model(hidden=9)
+            opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), zero_stage=1)
+            opt.build(other.trainable_variables)
+            raises(InvalidArgumentError, lambda: opt.load_sharded_state_dict(directory), "variables differ")
+            hvd.broadcast_object(None)  # every rank read the files before one is removed
+            if R == 0:
+                os.remove(os.path.join(directory, "zero-shard-00001-of-00002.npz"))
+            hvd.broadcast_object(None)
+            raises(InvalidArgumentError, lambda: opt.load_sharded_state_dict(directory), "expected the shards")
+        chk.check("sharded another model's checkpoint, an incomplete set -> InvalidArgumentError", refused)
+
+        def mixed_commits():
+            # An elastic commit of a sharded optimizer restored into an unsharded one, and the reverse.
+            sharded = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), zero_stage=1)
+            state = hvd.elastic.KerasState(make_model(), sharded)
+            plain = hvd.elastic.KerasState(make_model(), hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)))
+            commit = state._persistent_state()
+            assert len(commit["optimizer"]["zero_shards"]) == S
+            raises(ValueError, lambda: plain._load_persistent_state(commit), "has a sharded optimizer's state")
+            raises(ValueError, lambda: state._load_persistent_state(plain._persistent_state()),
+                   "has an unsharded optimizer's state")
+        chk.check("sharded elastic commits of a sharded optimizer and an unsharded one do not mix", mixed_commits)
+    finally:
+        hvd.broadcast_object(None)
+        if R == 0:
+            shutil.rmtree(directory, ignore_errors=True)
+        hvd.remove_process_set(alone)
+        hvd.remove_process_set(pair)
+
+
 def family_errors():
     def refused(make, error, text, stage=2):
         raises(error, lambda: hvd.DistributedOptimizer(make(), zero_stage=stage), text)
@@ -369,7 +445,7 @@ def main():
     chk = Checker(R)
     families = {"equiv": family_equiv, "equiv-fit": lambda: family_equiv(("fit",)), "options": family_options,
                 "state": family_state, "mixed": family_mixed, "sets": family_sets,
-                "errors": family_errors}
+                "sharded": family_sharded, "errors": family_errors}
     for fam in sys.argv[1:]:
         families[fam]()
     hvd.shutdown()
