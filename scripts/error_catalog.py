@@ -319,7 +319,8 @@ CATALOG = [
       match=(r"TensorFlow 1 graph", r"XLA-compiled", r"broadcast_global_variables")),
     E("tf-state", "Elastic TensorFlow state that does not fit",
       "TensorFlowState/KerasState need a built model or the variables to track; a commit restored into a "
-      "different model has a different number of variables.",
+      "different model has a different number of variables; a commit of a sharded optimizer (zero_stage 1 "
+      "or 2) cannot be restored into an unsharded one, nor the reverse.",
       "Build the model (`model.build(input_shape)`) before making the state; restore into the same model.",
       match=(r"^Model must be built first", r"needs the variables to track", r"^cannot restore …: the commit has")),
     # --- elastic --------------------------------------------------------------------------------
