@@ -20,6 +20,7 @@ fetched ahead with `pip download`).
 """
 import argparse
 import datetime
+import fcntl
 import glob
 import json
 import os
@@ -112,8 +113,9 @@ def build_wheel(python, log):
 
 
 def source_copy():
-    """tests/ and examples/ copied to build/matrix/src, beside no collectives/ package."""
-    src = os.path.join(WORK, "src")
+    """tests/ and examples/ copied to build/matrix/src-<pid>, beside no collectives/ package (one
+    per run: two runs of different cells may go on at once)."""
+    src = os.path.join(WORK, f"src-{os.getpid()}")
     shutil.rmtree(src, ignore_errors=True)
     for folder in ("tests", "examples"):
         shutil.copytree(os.path.join(ROOT, folder), os.path.join(src, folder),
@@ -131,6 +133,28 @@ VERSIONS = ("import importlib.metadata as m, sys; print(' '.join(['python=%d.%d.
             "[p + '=' + m.version(p) for p in ('torch', 'tensorflow-cpu', 'keras', 'tf-keras', 'numpy', "
             "'mpi4py', 'mpich')]))")
 WHERE = "import collectives, os; print(os.path.realpath(collectives.__file__))"
+
+
+def install(cell, python, wheel, venv, log):
+    """A fresh ``venv`` with ``wheel`` and the cell's frameworks; None, or (outcome, detail) when
+    pip cannot install them."""
+    run([python, "-m", "venv", venv], log, 300)
+    pip = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--disable-pip-version-check",
+           "--only-binary", ":all:"]
+    # A --find-links option replaces PIP_FIND_LINKS (where this machine keeps its torch +cpu
+    # file), so both are given. From the wheelhouse alone first (no download twice), then
+    # from the index when something is not in it.
+    links = [a for link in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", link)]
+    wheelhouse = os.path.join(os.environ.get("COLLECTIVES_MATRIX_WHEELHOUSE", "/nonexistent"), f"py{cell.python}")
+    attempts = [["--no-index", "--find-links", wheelhouse]] if os.path.isdir(wheelhouse) else []
+    for attempt in attempts + [[]]:
+        rc, out = run(pip + links + attempt + [wheel] + requirements(cell), log, 3600)
+        if rc == 0:
+            return None
+    missing = NOT_SERVED.findall(out)
+    if missing:
+        return "not served", f"pip serves no {', '.join(missing)} for Python {cell.python}"
+    return "fail", "pip install failed: " + out.strip().splitlines()[-1]
 
 
 def run_cell(cell, wheels, src, logs, keep=False):
@@ -151,26 +175,16 @@ def run_cell(cell, wheels, src, logs, keep=False):
     if python not in wheels:
         wheels[python] = build_wheel(python, log)
     venv = os.path.join(WORK, "venv-" + cell.name)
-    shutil.rmtree(venv, ignore_errors=True)
+    py = os.path.join(venv, "bin", "python")
+    reuse = keep and os.path.exists(py)  # --keep: the environment an earlier --keep run left
+    if not reuse:
+        shutil.rmtree(venv, ignore_errors=True)
     try:
-        run([python, "-m", "venv", venv], log, 300)
-        py = os.path.join(venv, "bin", "python")
-        pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--only-binary", ":all:"]
-        # A --find-links option replaces PIP_FIND_LINKS (where this machine keeps its torch +cpu
-        # file), so both are given. From the wheelhouse alone first (no download twice), then
-        # from the index when something is not in it.
-        links = [a for link in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", link)]
-        wheelhouse = os.path.join(os.environ.get("COLLECTIVES_MATRIX_WHEELHOUSE", "/nonexistent"), f"py{cell.python}")
-        attempts = [["--no-index", "--find-links", wheelhouse]] if os.path.isdir(wheelhouse) else []
-        for attempt in attempts + [[]]:
-            rc, out = run(pip + links + attempt + [wheels[python]] + requirements(cell), log, 3600)
-            if rc == 0:
-                break
-        missing = NOT_SERVED.findall(out)
-        if rc != 0 and missing:
-            return done("not served", f"pip serves no {', '.join(missing)} for Python {cell.python}")
-        if rc != 0:
-            return done("fail", "pip install failed: " + out.strip().splitlines()[-1])
+        if reuse:  # this run's wheel, in place of the one installed then
+            run([py, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheels[python]], log, 600)
+        failed = None if reuse else install(cell, python, wheels[python], venv, log)
+        if failed:
+            return done(*failed)
         versions = subprocess.check_output([py, "-c", VERSIONS], text=True).split()
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("COLLECTIVES_", "VIRTUAL_ENV"))}
         env.update(PATH=os.path.join(venv, "bin") + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
@@ -195,6 +209,19 @@ def load_results():
         with open(RESULTS) as f:
             return json.load(f)
     return {}
+
+
+def save_result(result):
+    """Adds one cell's result to build/matrix/results.json (read again under a lock: another run
+    may have added its cells meanwhile); returns all results."""
+    with open(RESULTS + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = load_results()
+        results[result["name"]] = result
+        with open(RESULTS + ".tmp", "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(RESULTS + ".tmp", RESULTS)
+    return results
 
 
 def main():
@@ -227,11 +254,13 @@ def main():
                           command="bash scripts/framework_matrix.sh " + " ".join(sys.argv[1:]))
             print(f"matrix: {cell.name}: {result['outcome']}: {result['detail']} ({result.get('seconds', '?')} s)",
                   flush=True)
-            results[cell.name] = result
-            with open(RESULTS, "w") as f:
-                json.dump(results, f, indent=1)
-    compatibility_page.write(PAGE, CELLS, TESTS, results)
+            results = save_result(result)
+        shutil.rmtree(src, ignore_errors=True)
+    compatibility_page.write(PAGE, CELLS, TESTS, load_results())
     print(f"matrix: wrote {os.path.relpath(PAGE, ROOT)}")
+    if args.page:
+        return 0
+    results = load_results()
     return 0 if all(results.get(c.name, {}).get("outcome") in ("pass", "not served", "skipped") for c in CELLS) else 1
 
 
