@@ -11,6 +11,26 @@ SUPPORTED = {"torch": "torch>=2.4", "tensorflow": "tensorflow>=2.16", "keras": "
 RANGE_LINE = ("Supported: Python 3.10-3.13, PyTorch 2.4 and newer (tested up to 2.14.1), TensorFlow 2.16 and "
               "newer with Keras 3 or tf-keras (Keras 2), tested up to 2.21; see docs/compatibility.md.")
 
+# What the runs showed beyond pass/fail (kept by hand: each line was seen in a run's log).
+FINDINGS = [
+    "What pip serves (2026-11): for Python 3.13, torch from 2.5 and tensorflow(-cpu) from 2.20 only; for "
+    "Python 3.12, torch from 2.2 and TensorFlow from 2.16; torch 2.15.0 exists but this machine's pip is capped at "
+    "2.14.1.",
+    "torch 2.4's `mse_loss` has no bfloat16 kernel on the CPU: a test of bfloat16 parameters used it (the library "
+    "does not); the test now spells the loss out.",
+    "torch's CUDA builds install `nvidia-nccl-cu12`, so `nccl_built()` reports that NCCL's version (22005 for "
+    "2.20.5 beside torch 2.4) on a machine with no GPU too, as the engine finds and loads it; with torch's CPU build it "
+    "is 0. A test assumed 0.",
+    "`tensorflow-cpu` 2.16.2 on Linux installs `tensorflow` 2.16.2 beside it, and keeps numpy below 2 (1.26.4).",
+    "tf-keras 2.18.0 on Python 3.12 and newer: after `tf_keras.utils.set_random_seed`, building any layer raises "
+    "`TypeError: 'float' object cannot be interpreted as an integer` (its seed generator calls "
+    "`random.randint(1, 1e9)`); tf_keras's bug, not ours. The Keras 2 tests seed Python's, numpy's and "
+    "TensorFlow's generators themselves instead (tests/tensorflow/workers/keras_training.py); a user of tf-keras "
+    "2.18 on Python 3.12 meets it in their own script: take tf-keras 2.19 or newer, or seed as the tests do.",
+    "With TensorFlow 2.16 the Keras 2 test's one launch of 30-odd cases took 280-330 s on the busy 2-core machine; "
+    "its limit is now 600 s.",
+]
+
 OUTCOME = {"pass": "pass", "fail": "**fail**", "not served": "not served", "skipped": "skipped"}
 
 
@@ -61,7 +81,8 @@ def write(path, cells, tests, results):
                      f"{versions_cell(r, 'tf-keras') or cell.tf_keras} | {versions_cell(r, 'numpy')} | "
                      f"{result.replace('|', '/')} | {r.get('seconds', '')} | "
                      f"{r.get('load_before', '')} / {r.get('load_after', '')} | {cell.why} |")
-    commands = sorted({r.get("command", "") for r in ran} - {""})
+    lines += ["", "## What the matrix found", "", *[f"- {finding}" for finding in FINDINGS]]
+    commands = sorted({r.get("command", "").strip() for r in ran} - {""})
     lines += [
         "",
         "Commands: " + ("; ".join(f"`{c}`" for c in commands) if commands else "`bash scripts/framework_matrix.sh`")

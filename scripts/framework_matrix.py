@@ -135,6 +135,22 @@ VERSIONS = ("import importlib.metadata as m, sys; print(' '.join(['python=%d.%d.
 WHERE = "import collectives, os; print(os.path.realpath(collectives.__file__))"
 
 
+def unserved(py, requirements, log):
+    """The pinned requirements whose version pip's index lists no binary of for ``py``. pip's
+    resolver says so in words only sometimes: with this machine's torch cap it reports a conflict
+    with the constraint instead ("Cannot install torch==2.4.1 ... conflicting dependencies")."""
+    missing = []
+    for requirement in requirements:
+        name, _, version = requirement.partition("==")
+        if not version:
+            continue
+        _, out = run([py, "-m", "pip", "index", "versions", name, "--only-binary", ":all:"], log, 300)
+        listed = re.search(r"Available versions: (.*)", out)
+        if not listed or version not in [v.strip() for v in listed.group(1).split(",")]:
+            missing.append(requirement)
+    return missing
+
+
 def install(cell, python, wheel, venv, log):
     """A fresh ``venv`` with ``wheel`` and the cell's frameworks; None, or (outcome, detail) when
     pip cannot install them."""
@@ -151,7 +167,7 @@ def install(cell, python, wheel, venv, log):
         rc, out = run(pip + links + attempt + [wheel] + requirements(cell), log, 3600)
         if rc == 0:
             return None
-    missing = NOT_SERVED.findall(out)
+    missing = NOT_SERVED.findall(out) or unserved(os.path.join(venv, "bin", "python"), requirements(cell), log)
     if missing:
         return "not served", f"pip serves no {', '.join(missing)} for Python {cell.python}"
     return "fail", "pip install failed: " + out.strip().splitlines()[-1]
