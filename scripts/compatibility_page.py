@@ -86,7 +86,9 @@ def write(path, cells, tests, results):
     lines += [
         "",
         "Commands: " + ("; ".join(f"`{c}`" for c in commands) if commands else "`bash scripts/framework_matrix.sh`")
-        + " (one cell at a time: `bash scripts/framework_matrix.sh <cell>`; the page alone: `--page`).",
+        + " (one cell at a time: `bash scripts/framework_matrix.sh <cell>`; the page alone: `--page`; `--keep` keeps a"
+        " cell's environment, and a later `--keep` run tests in it again with that run's wheel). Most wheels came from"
+        " a folder filled ahead with `pip download` (`COLLECTIVES_MATRIX_WHEELHOUSE`), the files pip would fetch.",
         "",
         "The tests each cell runs (the ops, the optimizer wrappers, Keras `fit` and its callbacks, Keras 2",
         "through tf-keras, and the three MNIST examples):",
