@@ -196,8 +196,10 @@ class BuildEngine(build_ext):
         import pybind11
 
         # One place for the engine's objects, whichever command builds (editable install, wheel,
-        # scripts/build_engine.sh): compile_concurrently reuses those still up to date.
-        self.build_temp = os.path.join(HERE, "build", "temp")
+        # scripts/build_engine.sh): compile_concurrently reuses those still up to date. A wheel
+        # for another Python (scripts/build_wheel.sh with PYTHON=...) keeps its objects apart, so
+        # neither build recompiles the other's each time.
+        self.build_temp = os.environ.get("COLLECTIVES_BUILD_TEMP") or os.path.join(HERE, "build", "temp")
 
         compile_concurrently(self.compiler, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                              else os.cpu_count() or 1)

@@ -1,7 +1,10 @@
 """What the Keras training workers (tf_train_worker.py for Keras 3, keras2_worker.py for Keras 2)
 share: their data, their model (built with whichever Keras module they pass), each rank's rows of a
 batch, and the checks on weights."""
+import random
+
 import numpy as np
+import tensorflow as tf
 
 import collectives.tensorflow as hvd
 
@@ -13,9 +16,22 @@ def data(n, seed=0, features=6, outputs=2):
     return x, y
 
 
+def seed_all(keras, seed):
+    """``keras.utils.set_random_seed(seed)``, except for tf_keras: there it seeds what that seeds
+    (Python's, numpy's and TensorFlow's generators) but not the seed generator it also installs,
+    which tf-keras 2.18 calls as ``randint(1, 1e9)``, a TypeError on Python 3.12 and newer (seen in
+    docs/compatibility.md's matrix). Unseeded tf_keras initializers draw from Python's generator."""
+    if keras.__name__.startswith("tf_keras") or keras.Model.__module__.startswith("tf_keras"):
+        random.seed(seed)
+        np.random.seed(seed)
+        tf.random.set_seed(seed)
+    else:
+        keras.utils.set_random_seed(seed)
+
+
 def mlp(keras, seed=0, features=6, outputs=2):
     """A small MLP of ``keras`` (Keras 3's module or tf_keras), seeded alike on every rank."""
-    keras.utils.set_random_seed(seed)
+    seed_all(keras, seed)
     return keras.Sequential([keras.Input((features,)), keras.layers.Dense(8, activation="tanh"),
                              keras.layers.Dense(outputs)])
 
