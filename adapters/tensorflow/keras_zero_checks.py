@@ -1,7 +1,7 @@
 """What the sharded Keras optimizer (keras_zero_optimizer.py) refuses, on this rank; the wrapper
 shares the refusal with the other ranks (collectives/zero_agreement.py) so every rank raises it."""
-from collectives.constants import Adasum, Average
-from collectives.errors import InvalidArgumentError, NotSupportedError
+from collectives.errors import NotSupportedError
+from collectives.zero_arguments import refuse_not_elementwise
 
 # Keras 3 optimizers whose update of each element depends only on that element's gradient, state
 # and scalars (the step count, the learning rate): they step a flat shard exactly as whole
@@ -22,10 +22,7 @@ def check_optimizer(optimizer, stage):
 
     inner = optimizer.inner_optimizer if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else optimizer
     if not isinstance(inner, elementwise_classes()):
-        raise NotSupportedError(
-            f"zero_stage={stage}: {type(inner).__name__} cannot step on a shard of the variables (its update "
-            f"needs whole tensors, or it is not known to be elementwise); supported: {', '.join(ELEMENTWISE_NAMES)} "
-            f"and their subclasses. Use zero_stage=0 for it.")
+        refuse_not_elementwise(stage, type(inner), ELEMENTWISE_NAMES, "variables")
     refusals = [
         (inner.clipnorm, "clipnorm (per-variable norm clipping) would see only this rank's flat shard; use "
                          "global_clipnorm, which the sharded optimizer computes over every shard"),
@@ -39,19 +36,3 @@ def check_optimizer(optimizer, stage):
     for present, what in refusals:
         if present:
             raise NotSupportedError(f"zero_stage={stage} does not support {what}")
-
-
-def check_arguments(stage, op, gradient_predivide_factor, backward_passes_per_step, groups):
-    if isinstance(stage, bool) or stage not in (1, 2):
-        raise InvalidArgumentError(f"zero_stage must be 0 (no sharding), 1 (optimizer state sharded) or 2 "
-                                   f"(gradients too), not {stage!r}")
-    if op == Adasum:
-        raise NotSupportedError(f"zero_stage={stage} cannot be combined with op=Adasum (Adasum combines whole "
-                                f"optimizer steps, not gradient shards); use op=Average or op=Sum")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
-    if groups is not None:
-        raise InvalidArgumentError(f"zero_stage={stage}: groups/num_groups do not apply (gradients travel in flat "
-                                   f"buckets); leave them unset")

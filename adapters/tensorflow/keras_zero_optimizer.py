@@ -35,12 +35,13 @@ from collectives import objects
 from collectives.constants import Average, Min, Sum
 from collectives.errors import NotSupportedError
 from collectives.zero_agreement import agree
+from collectives.zero_arguments import check_arguments
 
 from . import keras_zero_checkpoint, keras_zero_sharded
 from . import ops as raw
 from .compression import Compression
 from .keras_flavors import CollectivesOptimizer
-from .keras_zero_checks import check_arguments, check_optimizer
+from .keras_zero_checks import check_optimizer
 from .keras_zero_layout import build_buckets, signature
 from .process_sets import included, set_rank, set_size
 
@@ -350,7 +351,7 @@ class _ZeroOptimizer(_ShardClipping, CollectivesOptimizer):
 def _refusal(optimizer, stage, settings):
     try:
         check_arguments(stage, settings.op, settings.gradient_predivide_factor, settings.backward_passes_per_step,
-                        settings.groups)
+                        settings.groups is not None)
         check_optimizer(optimizer, stage)
     except Exception as e:  # noqa: BLE001 - shared with the other ranks before it is raised
         return e
