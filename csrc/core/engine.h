@@ -12,8 +12,8 @@
 // ProcessSetTable (process_set_table.h); who runs the cycles and when is the CycleDriver
 // (cycle_driver.h), over the Wakeups (wakeups.h: doorbell, wake messages); the engine's life
 // (started, stopped and why, abandoned) is its EngineLifetime (engine_lifetime.h). Where this rank
-// sits in the job is a JobLayout (job_layout.h). The engine keeps the public calls, the setup and
-// teardown that wire these together; one cycle's steps are a CycleRunner (cycle_runner.h).
+// sits in the job is a JobLayout (job_layout.h). The engine keeps the setup and teardown that wire
+// these together; one cycle's steps are a CycleRunner (cycle_runner.h).
 //
 // The facade's calls are few: start, shutdown, why it stopped, the lifetime's and the job's facts.
 // The request calls (enqueue, announce a failure, poll, wait, collect) are an EngineRequests
@@ -26,8 +26,6 @@
 // caller's Wait), engine_monitoring.cc; the watchdog's hooks are an EngineWatchdog
 // (engine_watchdog.h), the autotuner's an EngineAutotune (engine_autotune.h).
 #pragma once
-#include <mpi.h>
-
 #include <mpi.h>
 
 #include <atomic>

@@ -3,7 +3,7 @@
 // poll, wait for and collect a handle. Each is a plain call on this object (no virtual call, no
 // allocation beyond the request's own), as the fast path needs (python/allreduce_now.cc).
 //
-// Locking: Enqueue and AnnounceFailure take the engine's mu_ (engine_shared.h); Poll, Wait and
+// Locking: Enqueue and AnnounceFailure take the engine's lock (engine_shared.h); Poll, Wait and
 // Collect only the handle table's own lock, but for Wait's release of the queue's claim. Files:
 // engine_requests.cc (enqueue, announce), engine_inline.cc (a caller's Wait, which may run cycles).
 #pragma once
