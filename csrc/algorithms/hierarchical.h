@@ -45,7 +45,7 @@ class Hierarchy {
   Status Init(MPI_Comm comm, MPI_Comm local, MPI_Comm cross, bool want_allreduce, bool want_allgather);
   void Release();  // frees the scratch buffers (at the engine's teardown)
 
-  // The knobs as agreed by all ranks. Engine::SetHierarchical flips them between calls (the
+  // The knobs as agreed by all ranks. EngineMonitoring::SetHierarchical flips them between calls (the
   // benchmark; later the autotuner), identically on every rank.
   std::atomic<bool> allreduce_enabled{false};
   std::atomic<bool> allgather_enabled{false};

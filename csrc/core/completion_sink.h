@@ -5,7 +5,7 @@
 // through the ProcessSetTable).
 //
 // Locking: the handle table locks itself (handle_table.h). The submission queue is the engine's,
-// under the engine's mu_, which the sink is given at construction and takes just where the engine
+// under the engine's lock, which the sink is given at construction and takes just where the engine
 // took it before: around each release of a name. Finish, ExecuteControl and EvictBits run on
 // whoever runs the cycle (the engine's cycle_mu_), which owns the negotiator and the process sets;
 // FinishDevice also runs on the NCCL completion thread, and touches only the queue (under mu_),
@@ -30,7 +30,7 @@ class Executor;
 
 class CompletionSink final : public ExecutionListener, public NegotiationListener {
  public:
-  // All but the handle table are the engine's, and outlive the sink. `queue_mu`: the engine's mu_.
+  // All but the handle table are the engine's, and outlive the sink. `queue_mu`: the engine's lock.
   CompletionSink(std::mutex& queue_mu, SubmissionQueue& queue, Monitors& monitors, Negotiator& negotiator,
                  ProcessSetTable& process_sets, Executor& executor, const JobLayout& job)
       : queue_mu_(queue_mu), queue_(queue), monitors_(monitors), negotiator_(negotiator),

@@ -7,7 +7,7 @@
 // Locking: whoever runs a cycle holds cycle_mu(): the engine thread from Setup to Teardown except
 // while it waits here, or a caller in RunCyclesInline. The cycle state below (active, cycles over,
 // the last cycle's start, who ran it) is under it. The submission queue and the shutdown request
-// are read under the engine's mu_, given at construction in CycleInputs, exactly where the engine
+// are read under the engine's lock, given at construction in CycleInputs, exactly where the engine
 // read them before. The GPU hold and the callers' abort are atomic (the NCCL completion thread and
 // the watchdog's thread set them).
 #pragma once
@@ -31,7 +31,7 @@ class Executor;
 
 // What the driver reads of the engine's state and the cycle it runs; the engine's, outliving it.
 struct CycleInputs {
-  std::mutex& mu;                   // the engine's mu_: guards the queue and the shutdown request
+  std::mutex& mu;                   // the engine's lock: guards the queue and the shutdown request
   SubmissionQueue& queue;
   const EngineLifetime& lifetime;   // whether shutdown was asked for (under mu)
   const EngineConfig& config;       // the cycle time and fusion threshold as the autotuner leaves them

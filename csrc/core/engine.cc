@@ -1,4 +1,4 @@
-// Engine lifecycle, the submission queue and handles.
+// The engine's life: start, the engine thread, setup, teardown, shutdown.
 #include "core/engine.h"
 
 #include "core/process_exit.h"
@@ -11,44 +11,24 @@
 #include <map>
 #include <sstream>
 
-#include "execution/device_submission.h"
 #include "common/log.h"
 #include "shm/shared_segment.h"
 #include "common/thread_name.h"
 #include "wait/wait_policy.h"
 #include "backends/mpi/mpi_fault.h"
 #include "backends/mpi/rank_agreement.h"
-#include "core/validation.h"
 
 namespace collectives {
-namespace {
-
-// Names are per process set: the same name may be in flight in two sets at once.
-void QualifyName(Request* q) {
-  if (q->process_set == 0) return;
-  const std::string suffix = " [process set " + std::to_string(q->process_set) + "]";
-  q->name += suffix;
-  if (!q->group.empty()) q->group += suffix;
-}
-
-std::string JoinNames(const std::vector<Submission>& subs) {
-  std::ostringstream os;
-  for (size_t i = 0; i < subs.size() && i < 3; ++i) os << (i ? ", " : "") << "'" << subs[i].request.name << "'";
-  if (subs.size() > 3) os << ", ...";
-  return os.str();
-}
-
-}  // namespace
 
 // Never runs in a forked child or for an abandoned engine: the Python binding's deleter leaks
 // those objects (their threads or locks are not this process's to end or destroy).
 Engine::~Engine() { Shutdown(); }
 
 Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
-  if (thread_.joinable() || lifetime_.abandoned())
+  if (thread_.joinable() || shared_.lifetime.abandoned())
     return Status::Error(StatusCode::INVALID_ARGUMENT, "engine already started");
   config_ = config;
-  lifetime_.Started();
+  shared_.lifetime.Started();
   SetFinalizeTimeout(config_.finalize_timeout_s);
   std::promise<Status> started;
   std::future<Status> ready = started.get_future();
@@ -57,16 +37,16 @@ Status Engine::Start(MPI_Comm comm, const EngineConfig& config) {
   // bound that wait, since a rank that never comes would leave this one blocked forever.
   const double limit_s = std::min(config_.init_timeout_s, 10.0 * 365 * 24 * 3600);
   if (limit_s > 0 && ready.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!lifetime_.setup_done_locked()) {
+    std::unique_lock<std::mutex> lock(shared_.mu);
+    if (!shared_.lifetime.setup_done_locked()) {
       // The thread cannot be stopped inside MPI: let it go, and keep this object (it uses it)
       // alive for good. Should Setup still complete, ThreadMain only stops the late ranks.
       std::ostringstream os;
       os << "init() timed out after " << config_.init_timeout_s << " s: not every rank reached init() (this rank "
          << "waited in " << setup_step_.load() << ", which needs every rank of the communicator); set "
          << "COLLECTIVES_INIT_TIMEOUT_SECONDS to wait longer (0: no limit)";
-      lifetime_.AbandonLocked(Status::Error(StatusCode::TIMEOUT, os.str()));
-      const Status st = lifetime_.stop_info_locked().reason;
+      shared_.lifetime.AbandonLocked(Status::Error(StatusCode::TIMEOUT, os.str()));
+      const Status st = shared_.lifetime.stop_info_locked().reason;
       lock.unlock();
       thread_.detach();
       return st;
@@ -86,16 +66,16 @@ void Engine::ThreadMain(MPI_Comm comm, std::promise<Status> started) {
   Status st = Setup(comm);
   bool late = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(shared_.mu);
     // After an init timeout the thread only ends, or stops the late ranks (engine_lifetime.h).
-    if (!lifetime_.SetupEndedLocked(st.ok(), &late)) return;
+    if (!shared_.lifetime.SetupEndedLocked(st.ok(), &late)) return;
   }
   if (!st.ok()) {
     started.set_value(st);
     return;
   }
   if (!late) {
-    lifetime_.MarkRunning();
+    shared_.lifetime.MarkRunning();
     started.set_value(Status::Ok());
   }
 
@@ -167,7 +147,7 @@ Status Engine::Setup(MPI_Comm comm) {
   exec.stall_shutdown_s = config_.stall_shutdown_s;
   Status st = executor_.Init(job_.comm, job_.local_comm, job_.cross_comm, exec, &setup_step_);
   if (!st.ok()) return st;
-  st = autotune_.Start();
+  st = monitoring_.autotune().Start();
   if (!st.ok()) return st;
   // GPU libraries: loaded now, used from the first GPU tensor on. Missing ones are no error
   // here; GPU tensors then fail with the reason (gpu::Libraries::problem).
@@ -185,10 +165,10 @@ Status Engine::Setup(MPI_Comm comm) {
   st = negotiator_.Init(job_.comm, negotiation, &setup_step_);
   if (!st.ok()) return st;
   if (job_.rank == 0 && !config_.timeline_path.empty()) {
-    st = monitors_.timeline.Start(config_.timeline_path, config_.timeline_mark_cycles);
+    st = monitoring_.monitors().timeline.Start(config_.timeline_path, config_.timeline_mark_cycles);
     if (!st.ok()) Log(LogLevel::WARNING, st.message);
   }
-  st = watchdog_.Start(&setup_step_);
+  st = monitoring_.watchdog().Start(&setup_step_);
   if (!st.ok()) return st;
   SetBufferPoolLimit(config_.buffer_pool_bytes);
   wakeups_.StartMessages(job_.comm);
@@ -205,33 +185,33 @@ void Engine::Teardown() {
   int mine = 0;
   bool mpi_failed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    mine = lifetime_.stop_request_locked().Flags();
-    mpi_failed = lifetime_.stopped_status().code == StatusCode::INTERNAL;
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    mine = shared_.lifetime.stop_request_locked().Flags();
+    mpi_failed = shared_.lifetime.stopped_status().code == StatusCode::INTERNAL;
   }
   std::vector<int> everyone(static_cast<size_t>(job_.size), 0);
   auto record_stop = [&](const std::vector<int>* parts) {
-    std::lock_guard<std::mutex> lock(mu_);
-    lifetime_.RecordStopLocked(parts, job_.rank, job_.size);
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    shared_.lifetime.RecordStopLocked(parts, job_.rank, job_.size);
   };
   if (mpi_failed) {
     record_stop(nullptr);
   } else {
-    const bool exchanged = monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
+    const bool exchanged = monitoring_.monitors().watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] {
       return MPI_Allgather(&mine, 1, MPI_INT, everyone.data(), 1, MPI_INT, job_.comm);
     }) == MPI_SUCCESS;
     record_stop(exchanged ? &everyone : nullptr);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    lifetime_.MarkStoppedLocked();
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    shared_.lifetime.MarkStoppedLocked();
   }
-  sink_.FailAll(lifetime_.stopped_status());
+  sink_.FailAll(shared_.lifetime.stopped_status());
   // GPU work already launched finishes (or is aborted after a grace period) and completes its
   // handles; then the NCCL communicators go.
-  executor_.device().Shutdown(lifetime_.stopped_status());
-  monitors_.timeline.Stop();
-  if (mpi_failed) monitors_.watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
+  executor_.device().Shutdown(shared_.lifetime.stopped_status());
+  monitoring_.monitors().timeline.Stop();
+  if (mpi_failed) monitoring_.monitors().watchdog.Watch(BackendCall::SHUTDOWN_EXCHANGE, 0, [&] { return MPI_Barrier(job_.comm); });
   // No wake message is in flight any more: receive what arrived, then release the communicators.
   wakeups_.Drain();
   negotiator_.Free();  // the negotiation message's resources; its table is empty (FailAll)
@@ -241,15 +221,15 @@ void Engine::Teardown() {
   // A shut-down process keeps no idle host buffers: unmap them, and free those still held by
   // the caller (outputs) when they are released.
   SetBufferPoolLimit(0);
-  monitors_.watchdog.Stop();
-  if (monitors_.stages_on) {
+  monitoring_.monitors().watchdog.Stop();
+  if (monitoring_.monitors().stages_on) {
     const Negotiator::Report nr = negotiator_.report();
     std::fprintf(stderr,
                  "%s; fused with the negotiation: %llu done, %llu discarded; cycles %llu, run by callers %llu; "
                  "negotiation through %s, payload capacity changed %llu times\n",
-                 monitors_.stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(nr.fused_done),
+                 monitoring_.monitors().stages.Summary(job_.rank).c_str(), static_cast<unsigned long long>(nr.fused_done),
                  static_cast<unsigned long long>(nr.fused_discarded), static_cast<unsigned long long>(nr.cycles),
-                 static_cast<unsigned long long>(monitors_.inline_cycles), nr.transport,
+                 static_cast<unsigned long long>(monitoring_.monitors().inline_cycles), nr.transport,
                  static_cast<unsigned long long>(nr.resizes));
   }
   // MPI itself stays initialized (finalized at process exit), so that init() can run again.
@@ -258,10 +238,10 @@ void Engine::Teardown() {
 void Engine::Shutdown(bool process_exiting) {
   // A forked child must not touch the parent's engine: its locks may be held by threads that
   // do not exist here. An abandoned engine's thread is stuck in MPI: nothing to stop or join.
-  if (lifetime_.forked_child() || lifetime_.abandoned()) return;
+  if (shared_.lifetime.forked_child() || shared_.lifetime.abandoned()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    lifetime_.stop_request_locked().Ask(process_exiting);
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    shared_.lifetime.stop_request_locked().Ask(process_exiting);
   }
   wakeups_.Ring();
   // Only one caller joins; the others find the thread gone.
@@ -271,114 +251,10 @@ void Engine::Shutdown(bool process_exiting) {
   thread_.join();
 }
 
-Status Engine::Enqueue(std::vector<Submission>&& subs, std::vector<int64_t>* handles, bool caller_waits) {
-  const auto now = Clock::now();
-  // GPU tensors: find their device and record the producer's stream position, on this
-  // (the producer's) thread, before the engine can see them.
-  std::vector<gpu::EventPtr> ready;  // both sized only when some tensor is on a GPU
-  std::vector<int32_t> devices;
-  for (size_t k = 0; k < subs.size(); ++k) {
-    if (subs[k].request.device == -1) continue;
-    if (devices.empty()) {
-      ready.resize(subs.size());
-      devices.assign(subs.size(), -1);
-    }
-    Submission& s = subs[k];
-    Status st = PrepareDeviceSubmission(s.request, s.input, s.output, s.stream, gpu_device_, &ready[k], &devices[k]);
-    if (!st.ok()) {
-      std::vector<Request> reqs;
-      for (const Submission& sub : subs) reqs.push_back(sub.request);
-      AnnounceFailure(std::move(reqs), st.message);
-      return st;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!lifetime_.accepting_locked()) return lifetime_.stopped_status();
-  Status failure;
-  for (Submission& s : subs) {
-    Request& q = s.request;
-    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
-    if (members == nullptr)
-      return Status::Error(StatusCode::INVALID_ARGUMENT, "process set " + std::to_string(q.process_set) +
-                                                             " does not exist (tensor '" + q.name + "')");
-    if (std::find(members->begin(), members->end(), job_.rank) == members->end())
-      return Status::Error(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(job_.rank) +
-                                                             " is not a member of process set " +
-                                                             std::to_string(q.process_set) + " (tensor '" + q.name + "')");
-    Status st = ValidateSubmission(&s.request, s.input != nullptr && s.output != nullptr, *members, job_.size);
-    if (!st.ok() && failure.ok()) failure = st;
-    QualifyName(&q);
-  }
-  if (!failure.ok()) {
-    // Bad input here must not leave the other ranks waiting for these names.
-    std::vector<Request> reqs;
-    for (const Submission& sub : subs) reqs.push_back(sub.request);
-    if (queue_.AnnounceLocked(std::move(reqs), failure.message, now)) {
-      wakeups_.Submitted();
-      wakeups_.Ring();
-    }
-    return failure;
-  }
-  std::unordered_set<std::string> batch;  // names of this submission (filled only for several)
-  for (const Submission& s : subs) {
-    const std::string& name = s.request.name;
-    if (queue_.InFlight(name) || (subs.size() > 1 && !batch.insert(name).second))
-      return Status::Error(StatusCode::DUPLICATE_NAME,
-                           "a collective named '" + name + "' is already in flight; names must be unique until the "
-                           "operation completes (submitted: " + JoinNames(subs) + ")");
-  }
-  for (size_t k = 0; k < subs.size(); ++k) {
-    Submission& s = subs[k];
-    Pending p;
-    p.request = std::move(s.request);
-    p.input = s.input;
-    p.output = s.output;
-    if (!devices.empty()) {
-      p.gpu_device = devices[k];
-      p.ready = std::move(ready[k]);
-    }
-    p.enqueued = now;
-    const int64_t handle = queue_.Add(std::move(p));
-    sink_.handles().Add(handle);
-    handles->push_back(handle);
-  }
-  wakeups_.Submitted();
-  // A waiting caller may run the cycle itself (engine_inline.cc); if it cannot, it wakes the
-  // engine thread then.
-  if (caller_waits && driver_.CallerMayRunCycles())
-    queue_.Claim(subs.size());
-  else
-    wakeups_.Ring();
-  return Status::Ok();
-}
-
-void Engine::AnnounceFailure(std::vector<Request>&& reqs, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!lifetime_.accepting_locked()) return;
-  std::vector<Request> valid;
-  for (Request& q : reqs) {
-    const std::vector<int>* members = process_sets_.MembersLocked(q.process_set);
-    if (members == nullptr || std::find(members->begin(), members->end(), job_.rank) == members->end())
-      continue;  // no set of ours expects this name
-    QualifyName(&q);
-    valid.push_back(std::move(q));
-  }
-  if (!queue_.AnnounceLocked(std::move(valid), reason, Clock::now())) return;
-  wakeups_.Submitted();
-  wakeups_.Ring();
-}
-
 Engine::StopInfo Engine::stop_info() {
-  if (lifetime_.forked_child()) return StopInfo();
-  std::lock_guard<std::mutex> lock(mu_);
-  return lifetime_.stop_info_locked();
+  if (shared_.lifetime.forked_child()) return StopInfo();
+  std::lock_guard<std::mutex> lock(shared_.mu);
+  return shared_.lifetime.stop_info_locked();
 }
-
-Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
-  if (job_.rank != 0) return Status::Ok();  // rank 0 writes the timeline for everyone
-  return monitors_.timeline.Start(path, mark_cycles);
-}
-
-void Engine::StopTimeline() { monitors_.timeline.Stop(); }
 
 }  // namespace collectives

@@ -5,7 +5,7 @@
 // Locking: Start runs in Setup, Count and AfterCycle on whoever runs a cycle (the cycle driver's
 // cycle_mu), between cycles, where no operation is in flight; the settings it changes are read by
 // the cycle runner too. A failed broadcast records the engine's stop reason under the engine's
-// mu_ (given at construction), as the engine did.
+// lock (given at construction), as the engine did.
 #pragma once
 #include <mutex>
 #include <vector>
@@ -24,7 +24,7 @@ class Executor;
 
 class EngineAutotune {
  public:
-  // All the engine's, outliving this. `mu`: the engine's mu_, which guards `lifetime`'s stop reason.
+  // All the engine's, outliving this. `mu`: the engine's lock, which guards `lifetime`'s stop reason.
   EngineAutotune(EngineConfig& config, Executor& executor, Monitors& monitors, const JobLayout& job, std::mutex& mu,
                  EngineLifetime& lifetime)
       : config_(config), executor_(executor), monitors_(monitors), job_(job), mu_(mu), lifetime_(lifetime) {}

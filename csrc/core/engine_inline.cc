@@ -8,14 +8,15 @@
 // CycleDriver::RunCyclesInline (cycle_driver.cc).
 //
 // Not for GPU tensors: the CUDA context and the NCCL completion logic belong to the engine thread.
+#include <algorithm>
 #include <chrono>
 
-#include "core/engine.h"
+#include "core/engine_requests.h"
 
 namespace collectives {
 
-bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles) {
-  if (lifetime_.forked_child()) return true;
+bool EngineRequests::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout, bool run_cycles) {
+  if (shared_.lifetime.forked_child()) return true;
   const auto until = Clock::now() + timeout;
   bool done = false;
   if (run_cycles && driver_.CallerMayRunCycles() && !sink_.handles().Poll(handle))
@@ -24,8 +25,8 @@ bool Engine::Wait(int64_t handle, bool first, std::chrono::milliseconds timeout,
     // The engine thread runs the cycle (it was busy, or the wait ran out): Enqueue did not wake
     // it for a caller that waits, so do it now.
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.Unclaim();
+      std::lock_guard<std::mutex> lock(shared_.mu);
+      shared_.queue.Unclaim();
     }
     wakeups_.Ring();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());

@@ -3,7 +3,7 @@
 // (an init() timeout, or the watchdog's verdict on a backend call that never returns). What the
 // process does at its exit because of it is process_exit.h's.
 //
-// Locking: no lock of its own. Everything but the atomics is under the engine's mu_, the lock
+// Locking: no lock of its own. Everything but the atomics is under the engine's lock, the lock
 // under which an enqueue checks that the engine runs, so that a submission and the engine's stop
 // never cross: the methods named ...Locked expect it held. The atomics (the owner, abandoned,
 // running) are read without it by any thread; abandoned and running are set under it, except
@@ -27,7 +27,7 @@ struct EngineStopInfo {
 };
 
 // What this rank asks of the stop, for the teardown's exchange: shutdown() was called, from the
-// process's exit, or init() gave up before the engine was set up. Under the engine's mu_.
+// process's exit, or init() gave up before the engine was set up. Under the engine's lock.
 class StopRequest {
  public:
   // shutdown(): every rank is asked to stop; `process_exiting`: from this process's exit.
@@ -62,7 +62,7 @@ class EngineLifetime {
   void Started() { owner_pid_ = CurrentPid(); }
   void MarkRunning() { running_ = true; }
 
-  // Under the engine's mu_.
+  // Under the engine's lock.
   bool setup_done_locked() const { return setup_done_; }
   // The engine thread is past Setup (`ok`: successfully). False when Start already gave up on it
   // and Setup failed: the thread just ends. `late`: Start gave up and Setup completed after all:

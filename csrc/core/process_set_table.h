@@ -32,7 +32,7 @@ class Watchdog;
 
 class ProcessSetTable {
  public:
-  // `members_mu`: the engine's mu_, which guards the members' view.
+  // `members_mu`: the engine's lock, which guards the members' view.
   explicit ProcessSetTable(std::mutex& members_mu) : members_mu_(members_mu) {}
 
   // Setup: set 0, the whole job on job.comm.
@@ -40,7 +40,7 @@ class ProcessSetTable {
   // Under cycle_mu_ (whoever runs a cycle).
   const std::map<int32_t, ProcessSet>& sets() const { return sets_; }
   const ProcessSet& whole_job() const { return sets_.at(0); }
-  // Under the engine's mu_: a set's members, null when there is no such set.
+  // Under the engine's lock: a set's members, null when there is no such set.
   const std::vector<int>* MembersLocked(int32_t id) const {
     auto it = members_.find(id);
     return it == members_.end() ? nullptr : &it->second;

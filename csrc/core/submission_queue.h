@@ -1,5 +1,5 @@
 // The submissions that no cycle has taken yet, and the names in flight (submitted, not yet
-// completed). No lock of its own: the engine's mu_ guards it, the lock under which an enqueue
+// completed). No lock of its own: the engine's lock guards it, the lock under which an enqueue
 // also checks that the engine runs, so that a submission and the engine's stop never cross.
 #pragma once
 #include <cstddef>

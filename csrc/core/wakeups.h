@@ -3,7 +3,7 @@
 // host sends a wake message (wake_messages.h). Also whether waiting threads spin briefly first.
 //
 // Locking: none of its own, and none needed. The doorbell and the submission count are atomic;
-// a ring comes after the state it announces changed (under the engine's mu_, or atomically), so a
+// a ring comes after the state it announces changed (under the engine's lock, or atomically), so a
 // sleeper that read Seen() before looking misses none. The wake messages are MPI calls made by
 // whoever runs or waits for a cycle (the engine's cycle_mu_), and at teardown.
 #pragma once

@@ -76,7 +76,7 @@ class Executor final : public AllreduceRouting, private StagedHostPath {
 
   // The hierarchical algorithms and whether each call uses them.
   const Hierarchy& hierarchy() const { return algorithms_.hierarchy(); }
-  // Turns them on or off from the next operation on (Engine::SetHierarchical).
+  // Turns them on or off from the next operation on (EngineMonitoring::SetHierarchical).
   void SetHierarchical(bool allreduce, bool allgather) {
     algorithms_.hierarchy().allreduce_enabled = allreduce;
     algorithms_.hierarchy().allgather_enabled = allgather;

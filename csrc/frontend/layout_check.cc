@@ -33,10 +33,10 @@ Status Gather(Engine* e, const std::string& name, int32_t process_set, DataType 
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   std::vector<int64_t> handles;
-  Status st = e->Enqueue(std::move(subs), &handles, /*caller_waits=*/false);
+  Status st = e->requests().Enqueue(std::move(subs), &handles, /*caller_waits=*/false);
   if (!st.ok()) return st;
   wait(handles.at(0));
-  *out = e->Collect(handles.at(0));
+  *out = e->requests().Collect(handles.at(0));
   return out->status;
 }
 
@@ -110,7 +110,7 @@ std::string LayoutMismatchMessage(const std::string& name, const std::vector<int
 Status CheckLayout(Engine* e, const std::string& name, const std::string& record, int32_t process_set,
                    const LayoutWait& wait) {
   const std::string key = std::to_string(process_set) + '\n' + name + '\n' + record;
-  if (e->agreed_layouts().Contains(key)) return Status::Ok();
+  if (e->requests().agreed_layouts().Contains(key)) return Status::Ok();
 
   const int64_t mine[3] = {e->job().rank, static_cast<int64_t>(Fnv1a(record)), static_cast<int64_t>(record.size())};
   Result heads;
@@ -123,7 +123,7 @@ Status CheckLayout(Engine* e, const std::string& name, const std::string& record
   bool agree = true;
   for (int64_t k = 0; k < n; ++k) agree = agree && all[3 * k + 1] == mine[1] && all[3 * k + 2] == mine[2];
   if (agree) {
-    e->agreed_layouts().Add(key);
+    e->requests().agreed_layouts().Add(key);
     return Status::Ok();
   }
 

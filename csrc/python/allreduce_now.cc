@@ -161,19 +161,19 @@ py::object AllreduceNow(Engine& e, py::handle tensor, py::handle name, py::handl
   std::vector<Submission> subs;
   subs.push_back(std::move(s));
   std::vector<int64_t> handles;
-  const Status st = e.Enqueue(std::move(subs), &handles, /*caller_waits=*/true);
+  const Status st = e.requests().Enqueue(std::move(subs), &handles, /*caller_waits=*/true);
   if (!st.ok()) return py::make_tuple(int{kRefused}, static_cast<int>(st.code), st.message, py::none());
   const int64_t handle = handles.at(0);
   for (bool first = true;; first = false) {
     bool done = false;
-    gil::WithoutGil([&] { done = e.Wait(handle, first, kSignalCheck); });
+    gil::WithoutGil([&] { done = e.requests().Wait(handle, first, kSignalCheck); });
     if (done) break;
     if (PyErr_CheckSignals() != 0) {
       py::error_already_set raised;
       return py::make_tuple(int{kInterrupted}, handle, out, raised.value());
     }
   }
-  Result r = e.Collect(handle);
+  Result r = e.requests().Collect(handle);
   if (!r.status.ok()) return py::make_tuple(int{kFailed}, static_cast<int>(r.status.code), r.status.message, py::none());
   return out;
 }

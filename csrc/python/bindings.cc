@@ -181,10 +181,11 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("cross_size", [](const Engine& e) { return e.job().cross_size; })
       .def_property_readonly("homogeneous", [](const Engine& e) { return e.job().homogeneous; })
       .def_property_readonly("mpi_thread_level", [](const Engine& e) { return e.job().thread_level; })
-      .def("set_hierarchical", &Engine::SetHierarchical)  // benchmarks: see engine.h
+      .def("set_hierarchical",  // benchmarks: see engine_monitoring.h
+           [](Engine& e, bool allreduce, bool allgather) { e.monitoring().SetHierarchical(allreduce, allgather); })
       .def("autotune_state",  // collectives/autotune.py
            [](Engine& e) {
-             const AutotuneState s = e.autotune_state();
+             const AutotuneState s = e.monitoring().autotune_state();
              py::dict d;
              d["enabled"] = s.enabled;
              d["tuning"] = s.tuning;
@@ -196,27 +197,28 @@ PYBIND11_MODULE(_engine, m) {
              d["best_score"] = s.best_score;
              return d;
            })
-      .def_property_readonly("gpu_device", &Engine::gpu_device)
+      .def_property_readonly("gpu_device", [](Engine& e) { return e.monitoring().gpu_device(); })
       // NCCL allreduce launches so far (benchmarks: how well GPU gradients fused).
-      .def_property_readonly("gpu_allreduce_launches", &Engine::gpu_allreduce_launches)
+      .def_property_readonly("gpu_allreduce_launches",
+                             [](Engine& e) { return e.monitoring().gpu_allreduce_launches(); })
       .def("enqueue",
-           // caller_waits: the caller waits for these next (a synchronous verb; Engine::Enqueue).
+           // caller_waits: the caller waits for these next (a synchronous verb; EngineRequests::Enqueue).
            [](Engine& e, const py::list& submissions, bool caller_waits) {
              std::vector<Submission> subs;
              subs.reserve(submissions.size());
              for (const auto& item : submissions) subs.push_back(item.cast<const Submission&>());
              std::vector<int64_t> handles;
-             Status st = e.Enqueue(std::move(subs), &handles, caller_waits);
+             Status st = e.requests().Enqueue(std::move(subs), &handles, caller_waits);
              return py::make_tuple(static_cast<int>(st.code), st.message, handles);
            },
            py::arg("submissions"), py::arg("caller_waits") = false)
       .def("announce_failure",
            // The requests (engine.Submission: op, name, group, group_size, process_set) this rank
-           // could not submit; the other ranks fail those names with `reason` (Engine::AnnounceFailure).
+           // could not submit; the other ranks fail those names with `reason` (EngineRequests::AnnounceFailure).
            [](Engine& e, const py::list& specs, const std::string& reason) {
              std::vector<Request> reqs;
              for (const auto& item : specs) reqs.push_back(item.cast<const Submission&>().request);
-             e.AnnounceFailure(std::move(reqs), reason);
+             e.requests().AnnounceFailure(std::move(reqs), reason);
            })
       .def("check_layout",
            // (code, message): the one-time check that every rank of the set reduces the same
@@ -228,7 +230,7 @@ PYBIND11_MODULE(_engine, m) {
              const Status st = CheckLayout(&e, name, record, process_set, [&](int64_t handle) {
                for (bool first = true;; first = false) {
                  bool done = false;
-                 gil::WithoutGil([&] { done = e.Wait(handle, first, kSignalCheck); });
+                 gil::WithoutGil([&] { done = e.requests().Wait(handle, first, kSignalCheck); });
                  if (done) return;
                  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
                }
@@ -236,7 +238,7 @@ PYBIND11_MODULE(_engine, m) {
              return StatusTuple(st);
            },
            py::arg("name"), py::arg("record"), py::arg("process_set"))
-      .def("poll", &Engine::Poll)
+      .def("poll", [](Engine& e, int64_t handle) { return e.requests().Poll(handle); })
       .def("wait",
            // Blocks without the GIL, then removes the handle and returns
            // (code, message, engine_output_or_None, output_shape, received_splits, value); value is
@@ -251,15 +253,17 @@ PYBIND11_MODULE(_engine, m) {
              }
              for (bool first = true;; first = false) {
                bool done = false;
-               gil::WithoutGil([&] { done = e.Wait(handle, first, kSignalCheck); });
+               gil::WithoutGil([&] { done = e.requests().Wait(handle, first, kSignalCheck); });
                if (done) break;
                if (PyErr_CheckSignals() != 0) throw py::error_already_set();
              }
-             return ResultTuple(e.Collect(handle));
+             return ResultTuple(e.requests().Collect(handle));
            })
       .def("start_timeline",
-           [](Engine& e, const std::string& path, bool mark_cycles) { return StatusTuple(e.StartTimeline(path, mark_cycles)); })
-      .def("stop_timeline", [](Engine& e) { gil::WithoutGil([&] { e.StopTimeline(); }); });
+           [](Engine& e, const std::string& path, bool mark_cycles) {
+             return StatusTuple(e.monitoring().StartTimeline(path, mark_cycles));
+           })
+      .def("stop_timeline", [](Engine& e) { gil::WithoutGil([&] { e.monitoring().StopTimeline(); }); });
 
   m.def("aligned_empty", &AlignedEmpty, py::arg("shape"), py::arg("dtype"));
   m.def("gpu_info", &GpuInfo);

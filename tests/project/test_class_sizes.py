@@ -3,8 +3,7 @@ interfaces ... No class over ~25 members") and its files short: every class and 
 under csrc/, nested ones included, has at most 25 members as scripts/class_sizes.py counts them
 (methods, constructors included, and fields), and no file there is over 500 lines.
 
-Listed apart, each with why: the tables of C function pointers that mirror a library's API, and
-the one class not split far enough yet (issue 39), whose count may only go down.
+Listed apart, with why: the tables of C function pointers that mirror a library's API.
 """
 import importlib.util
 import os
@@ -21,12 +20,6 @@ FUNCTION_TABLES = {
     ("csrc/gpu/gpu_api.h", "CudaApi"): "the CUDA driver API's entry points",
     ("csrc/tensorflow/tensorflow_c_api.h", "Api"): "TensorFlow's C API entry points",
 }
-
-# Not yet split to 25 (issue 39 stays open for it): its members as they are now, a ceiling. The
-# Engine facade keeps 21 methods (its calls for the Python and TensorFlow boundaries, setup,
-# teardown) and 19 fields (the objects it is a facade over, the locks, the engine thread).
-NOT_YET_SPLIT = {("csrc/core/engine.h", "Engine"): 40}
-
 
 def _class_sizes():
     spec = importlib.util.spec_from_file_location("class_sizes", os.path.join(ROOT, "scripts", "class_sizes.py"))
@@ -70,16 +63,9 @@ def test_the_scan_finds_every_class_of_csrc():
 def test_no_class_has_more_than_25_members():
     over = [f"{name} ({path}): {methods} methods + {fields} fields = {methods + fields}"
             for path, name, methods, fields in SIZES.all_classes(CSRC)
-            if methods + fields > NOT_YET_SPLIT.get((path, name), MAX_MEMBERS) and (path, name) not in FUNCTION_TABLES]
+            if methods + fields > MAX_MEMBERS and (path, name) not in FUNCTION_TABLES]
     assert not over, (f"classes over {MAX_MEMBERS} members (split them into objects with narrow interfaces, "
                       "docs/architecture.md):\n" + "\n".join(over))
-
-
-def test_the_classes_not_yet_split_are_still_over_25():
-    sizes = {(path, name): methods + fields for path, name, methods, fields in SIZES.all_classes(CSRC)}
-    done = [f"{name} ({path}): {sizes.get((path, name))}" for path, name in NOT_YET_SPLIT
-            if sizes.get((path, name), 0) <= MAX_MEMBERS]
-    assert not done, f"split far enough (or gone): remove from NOT_YET_SPLIT: {done}"
 
 
 def test_the_function_tables_hold_fields_only():
