@@ -8,8 +8,9 @@ groups keep their own hyperparameters (synced from the wrapper's groups before e
 schedulers work). A step:
 
 1. backward: when the last gradient of a bucket is final (after ``backward_passes_per_step``
-   passes), the hook copies the bucket's gradients into one flat tensor and starts its
-   reducescatter; at stage 2 the parameters' ``.grad`` are released there. ``synchronize()``
+   passes), the hook copies the bucket's gradients into one flat, reused buffer
+   (zero_grad_buffers.py) and starts its reducescatter; at stage 1 the parameters' ``.grad`` then
+   are views of the buffer, at stage 2 they are released there. ``synchronize()``
    starts the buckets whose hooks did not all fire (missing gradients count as zeros, on every
    rank alike) and waits: each shard's ``.grad`` is then its slice of the reduced gradient.
 2. ``step()``: the shards are refreshed from the parameters (a 1/N copy: the parameters stay the
@@ -44,6 +45,7 @@ from .grad_hooks import register_grad_ready_hooks, remove_hooks, synchronize_bef
 from .tensors import wait
 from .zero_buckets import build_buckets, signature
 from .zero_checks import check_arguments
+from .zero_grad_buffers import grad_buffers
 
 __all__ = ["zero_optimizer"]
 
@@ -94,7 +96,8 @@ class _ZeroOptimizer:
         self._inner_index = {self._shard_bucket[i]: n for n, i in enumerate(inner_order)}
         self._delay = {p: self.backward_passes_per_step for p in self._requires_update}
         self._arrived = [0] * len(self._buckets)
-        self._pending = {}   # bucket -> (handle, ctx) of its reducescatter
+        self._pending = {}   # bucket -> (handle, ctx) of its reducescatter, in the order started; None once waited
+        self._grad_buffers = grad_buffers(stage, self._buckets)
         self._synchronized = False
         self._should_synchronize = True
         self._consolidated = None
@@ -118,22 +121,30 @@ class _ZeroOptimizer:
 
     def _flat_grad(self, b):
         """The bucket's gradients in one flat tensor (zeros where a parameter has none, and in the
-        padding); at stage 2 the parameters' gradients are released."""
+        padding): a reused buffer (zero_grad_buffers.py) when it is reducescattered; at stage 1 each
+        ``p.grad`` then is a view of it, at stage 2 the parameters' gradients are released."""
         bucket = self._buckets[b]
-        flat = torch.empty(bucket.length, dtype=bucket.dtype, device=bucket.device)
+        if self._communicates:
+            flat = self._grad_buffers.take(b, self._finish_oldest)
+            as_views = self._grad_buffers.views_as_grads
+        else:  # it becomes the shard's .grad itself, which unscaling and clipping change in place
+            flat = torch.empty(bucket.length, dtype=bucket.dtype, device=bucket.device)
+            as_views = False
         for slot in bucket.slots:
             g = slot.param.grad
             target = flat[slot.offset:slot.offset + slot.numel]
             if g is None:
                 target.zero_()
-            else:
-                if g.is_sparse:
-                    if not self.sparse_as_dense:
-                        raise NotSupportedError(
-                            f"zero_stage={self.zero_stage}: parameter {self._parameter_names[slot.param]} got a "
-                            f"sparse gradient; sharding needs dense ones: pass sparse_as_dense=True")
-                    g = g.to_dense()
+            elif g.is_sparse:
+                if not self.sparse_as_dense:
+                    raise NotSupportedError(
+                        f"zero_stage={self.zero_stage}: parameter {self._parameter_names[slot.param]} got a "
+                        f"sparse gradient; sharding needs dense ones: pass sparse_as_dense=True")
+                target.copy_(g.to_dense().reshape(-1))
+            elif g.data_ptr() != target.data_ptr() or not g.is_contiguous():
                 target.copy_(g.reshape(-1))
+                if as_views:  # the next backward accumulates into the buffer
+                    slot.param.grad = target.view(slot.param.shape)
             if self.zero_stage == 2:
                 slot.param.grad = None
         end = bucket.slots[-1].offset + bucket.slots[-1].numel
@@ -147,10 +158,30 @@ class _ZeroOptimizer:
         return self.op, 1.0, 1.0
 
     def _reduce_async(self, b):
-        compressed, ctx = self._compression.compress(self._flat_grad(b))
-        op, pre, post = self._scale_args()
-        handle = raw.reducescatter_async(compressed, op, self._name("reducescatter", b), pre, post, self.process_set)
+        try:
+            compressed, ctx = self._compression.compress(self._flat_grad(b))
+            op, pre, post = self._scale_args()
+            handle = raw.reducescatter_async(compressed, op, self._name("reducescatter", b), pre, post,
+                                             self.process_set)
+        except BaseException:
+            self._grad_buffers.discard(b)
+            raise
         return handle, ctx
+
+    def _finish(self, b):
+        """Wait for bucket ``b``'s reducescatter: its shard's ``.grad``; its buffer is free again.
+        The bucket stays in ``_pending`` (started this step), as done."""
+        handle, ctx = self._pending[b]
+        self._pending[b] = None
+        try:
+            reduced = wait(handle)
+        finally:
+            self._grad_buffers.release(b)
+        self._shards[b].grad = self._compression.decompress(reduced, ctx).to(self._shards[b].dtype)
+
+    def _finish_oldest(self):
+        """Stage 2's pool is in use: free the buffer of the reducescatter started first."""
+        self._finish(next(b for b, running in self._pending.items() if running is not None))
 
     def _on_grad_ready(self, p):
         self._synchronized = False
@@ -178,9 +209,13 @@ class _ZeroOptimizer:
                     shard.grad = self._flat_grad(b)
                 elif b not in self._pending:
                     self._pending[b] = self._reduce_async(b)
-            for b, (handle, ctx) in sorted(self._pending.items()):
-                self._shards[b].grad = self._compression.decompress(wait(handle), ctx).to(self._shards[b].dtype)
+            for b in sorted(self._pending):
+                if self._pending[b] is not None:
+                    self._finish(b)
         finally:
+            for b, running in self._pending.items():  # after an error: may still run on its buffer
+                if running is not None:
+                    self._grad_buffers.discard(b)
             self._pending.clear()
             self._arrived = [0] * len(self._buckets)
             for p in self._requires_update:

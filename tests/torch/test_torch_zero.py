@@ -16,12 +16,12 @@ ENV = {"COLLECTIVES_STALL_SHUTDOWN_TIME_SECONDS": "30"}
 
 def test_torch_zero(tmp_path):
     directory = str(tmp_path / "ckpt")
-    run = run_workers(2, "torch_zero_worker.py", "equiv", "more", "clip", "ckpt", "errors", f"save:{directory}",
-                      timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 2, min_cases=33)
-    run = run_workers(3, "torch_zero_worker.py", "equiv", "more", "ckpt", "errors", "sets", f"load:{directory}",
-                      timeout=TIMEOUT, env=ENV)
-    assert_all_ranks_passed(run, 3, min_cases=29)
+    run = run_workers(2, "torch_zero_worker.py", "equiv", "more", "clip", "ckpt", "errors", "reuse",
+                      f"save:{directory}", timeout=TIMEOUT, env=ENV)
+    assert_all_ranks_passed(run, 2, min_cases=37)
+    run = run_workers(3, "torch_zero_worker.py", "equiv", "more", "ckpt", "errors", "sets", "reuse",
+                      f"load:{directory}", timeout=TIMEOUT, env=ENV)
+    assert_all_ranks_passed(run, 3, min_cases=33)
     run = run_workers(1, "torch_zero_worker.py", f"load:{directory}", "ckpt", timeout=TIMEOUT, env=ENV)
     assert_all_ranks_passed(run, 1, min_cases=6)
 

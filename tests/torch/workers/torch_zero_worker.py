@@ -16,6 +16,8 @@ Families:
   load:D   that checkpoint loaded at this number of ranks: same state, same next step.
   errors   refusals and a parameter list that differs on one rank: typed errors on every rank.
   sets     sharded over a process set of ranks 0 and 1 (others step alone).
+  reuse    the flat gradient buffers are reused, not allocated per step (stage 1: p.grad views of
+           them; stage 2: a pool of two), also with zero_grad(set_to_none=False).
 """
 import copy
 import os
@@ -243,6 +245,67 @@ def clip(stage):
     assert_same_params(model, ref, tolerance({}, "sgd"), f"clip stage {stage}")
 
 
+# ---------------------------------------------------------------- reuse
+
+def family_reuse():
+    """No per-step allocation of flat gradient buckets (zero_grad_buffers.py), results unchanged."""
+    for stage in (1, 2):
+        chk.check(f"reuse stage {stage}, zero_grad(set_to_none=False)", lambda: in_place_grads(stage))
+    chk.check("reuse stage 1: p.grad views of buffers kept over steps", stage1_views)
+    chk.check("reuse stage 2: a pool of at most two buffers, kept over steps", stage2_pool)
+
+
+def in_place_grads(stage):
+    """Gradients zeroed in place: at stage 1 the backward accumulates into the buffers' views."""
+    model, zopt, ref, ropt = pair("adam", stage)
+    for step in range(STEPS):
+        for m, opt in ((model, zopt), (ref, ropt)):
+            opt.zero_grad(set_to_none=False)
+            x, y = batch(step, R)
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+    assert_same_params(model, ref, tolerance({}), f"in-place gradients stage {stage}")
+
+
+def storages(params):
+    return [p.grad.untyped_storage().data_ptr() for p in params]
+
+
+def stage1_views():
+    model, zopt, ref, ropt = pair("adam", 1)
+    seen = None
+    for step in range(STEPS):
+        train(model, zopt, 1, first=step)
+        train(ref, ropt, 1, first=step)
+        if S == 1:
+            continue
+        for bucket in zopt._buckets:  # each parameter's gradient lies in its bucket's buffer
+            got = [p.grad for p in (s.param for s in bucket.slots) if p.grad is not None]
+            assert len({g.untyped_storage().data_ptr() for g in got}) == 1, "p.grad not views of one buffer"
+        now = storages(p for p in zopt._requires_update if p.grad is not None)
+        assert seen is None or now == seen, "gradient buffers allocated anew"
+        seen = now
+    assert_same_params(model, ref, tolerance({}), "stage 1 views")
+
+
+def stage2_pool():
+    model, zopt, ref, ropt = pair("adam", 2)
+    assert len(zopt._buckets) > 2, "the case needs more buckets than the pool has buffers"
+    seen = None
+    for step in range(STEPS):
+        train(model, zopt, 1, first=step)
+        train(ref, ropt, 1, first=step)
+        if S == 1:
+            continue
+        pool = zopt._grad_buffers
+        free = [buf for bufs in pool._free.values() for buf in bufs]
+        assert not pool._in_use and len(free) == 2, (len(pool._in_use), len(free))
+        now = sorted(buf.data_ptr() for buf in free)
+        assert seen is None or now == seen, "pool buffers allocated anew"
+        seen = now
+    assert_same_params(model, ref, tolerance({}), "stage 2 pool")
+
+
 # ---------------------------------------------------------------- checkpoints
 
 def family_ckpt():
@@ -401,7 +464,7 @@ def family_sets():
 
 
 FAMILIES = {"equiv": family_equiv, "more": family_more, "clip": family_clip, "ckpt": family_ckpt,
-            "errors": family_errors, "sets": family_sets}
+            "errors": family_errors, "sets": family_sets, "reuse": family_reuse}
 
 
 def main():
