@@ -145,6 +145,10 @@ def main():
     for stage in (1, 2):
         chk.check(f"GradScaler clip stage {stage}", lambda: clipped(stage))
         chk.check(f"GradScaler after unscale_ refused stage {stage}", lambda: unscale_refused(stage))
+    # The refused steps leave their reducescatters (started during backward) unwaited: a rank that
+    # reached shutdown() first would shut the engine down under a slower rank still submitting its
+    # own (seen once in CI: ShutdownError in rank 1's backward). Meet before shutting down.
+    hvd.barrier()
     hvd.shutdown()
     chk.finish()
 
