@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from collectives import zero_layout
+
 BUCKET_BYTES = 16 * 1024 * 1024  # MPICH copies a message above 32 MiB through fresh pages (NOTES.md)
 ALIGN_BYTES = 64
 
@@ -45,14 +47,7 @@ class Bucket:
         variable overlapping the slice ``[start, start + length)`` (this rank's shard by default)."""
         lo = self.shard_start if start is None else start
         hi = lo + (self.shard_length if length is None else length)
-        for slot in self.slots:
-            a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
-            if a < b:
-                yield slot, a - slot.offset, a - lo, b - a
-
-
-def _round_up(n, multiple):
-    return -(-n // multiple) * multiple
+        return zero_layout.pieces(self.slots, lo, hi)
 
 
 def _numel(shape):
@@ -80,7 +75,7 @@ def build_buckets(variables, ranks, rank, bucket_bytes=None):
             fill = 0
         bucket.slots.append(Slot(i, fill, n, shape))
     for bucket in buckets:
-        bucket.length = _round_up(max(bucket.used(), 1), ranks * max(1, ALIGN_BYTES // bucket.dtype.size))
+        bucket.length = zero_layout.round_up(max(bucket.used(), 1), ranks * max(1, ALIGN_BYTES // bucket.dtype.size))
         bucket.shard_length = bucket.length // ranks
         bucket.shard_start = rank * bucket.shard_length
     return buckets

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from collectives import zero_layout
+
 BUCKET_BYTES = 16 * 1024 * 1024  # MPICH copies a message above 32 MiB through fresh pages (NOTES.md)
 ALIGN_BYTES = 64
 
@@ -43,15 +45,7 @@ class Bucket:
     def pieces(self):
         """(slot, first element in the parameter, first element in the shard, count) for each
         parameter overlapping this rank's shard."""
-        lo, hi = self.shard_start, self.shard_start + self.shard_length
-        for slot in self.slots:
-            a, b = max(lo, slot.offset), min(hi, slot.offset + slot.numel)
-            if a < b:
-                yield slot, a - slot.offset, a - lo, b - a
-
-
-def _round_up(n, multiple):
-    return -(-n // multiple) * multiple
+        return zero_layout.pieces(self.slots, self.shard_start, self.shard_start + self.shard_length)
 
 
 def build_buckets(param_groups, ranks, rank, bucket_bytes=None):
@@ -79,7 +73,7 @@ def build_buckets(param_groups, ranks, rank, bucket_bytes=None):
     for bucket in buckets:
         last = bucket.slots[-1]
         itemsize = bucket.slots[0].param.element_size()
-        bucket.length = _round_up(max(last.offset + last.numel, 1), ranks * max(1, ALIGN_BYTES // itemsize))
+        bucket.length = zero_layout.round_up(max(last.offset + last.numel, 1), ranks * max(1, ALIGN_BYTES // itemsize))
         bucket.shard_length = bucket.length // ranks
         bucket.shard_start = rank * bucket.shard_length
     return buckets
